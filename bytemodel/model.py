@@ -1,0 +1,238 @@
+"""The transformer: parameter layout, forward, backward. Device-agnostic.
+
+    idx -> embedding -> L x [x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x))] -> RMSNorm -> LM head
+
+The model never branches on the device: it calls the ops of the backend it was given
+(bytemodel.ops.numpy_ops or the CUDA backend), which share names and signatures.
+
+Parameters live in ONE flat master buffer (float32, or float64 for gradient checks) with named
+views; gradients likewise, with the same layout. `layout(cfg)` is the single place that decides
+names, shapes and offsets. Offsets are aligned to 64 elements (256 bytes in fp32), which the GPU's
+vector loads and cuBLAS like; the padding stays zero.
+
+Shapes (legend in ops/numpy_ops.py): B batch, T time, C d_model, H heads, K kv heads, D head dim,
+F d_ff, V vocab, N = B*T.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .config import ModelConfig
+
+ALIGN = 64
+
+
+def layout(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], int]]:
+    """[(name, shape, offset)] for every parameter tensor, in order."""
+    C, F, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    shapes = [("wte", (V, C))]
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        shapes += [
+            (p + "attn_norm", (C,)),              # RMSNorm gain before attention
+            (p + "wqkv", (C, (H + 2 * K) * D)),   # fused q, k, v projection, stored (in, out)
+            (p + "wo", (H * D, C)),               # attention output projection
+            (p + "mlp_norm", (C,)),               # RMSNorm gain before the MLP
+            (p + "w_gateup", (C, 2 * F)),         # fused SwiGLU gate and up projections
+            (p + "w_down", (F, C)),               # SwiGLU down projection
+        ]
+    shapes.append(("norm_f", (C,)))
+    if not cfg.tie_embeddings:
+        shapes.append(("lm_head", (C, V)))
+    out, off = [], 0
+    for name, shape in shapes:
+        out.append((name, shape, off))
+        off += (math.prod(shape) + ALIGN - 1) // ALIGN * ALIGN
+    return out
+
+
+def buffer_size(cfg: ModelConfig) -> int:
+    name, shape, off = layout(cfg)[-1]
+    return off + (math.prod(shape) + ALIGN - 1) // ALIGN * ALIGN
+
+
+def views(buf, cfg: ModelConfig) -> dict:
+    """Named views into a flat buffer laid out by layout(cfg)."""
+    return {name: buf[off:off + math.prod(shape)].reshape(shape) for name, shape, off in layout(cfg)}
+
+
+def n_params(cfg: ModelConfig) -> int:
+    return sum(math.prod(s) for _, s, _ in layout(cfg))
+
+
+def is_matrix(name: str) -> bool:
+    """Weight decay applies to the matrices, not the RMSNorm gains."""
+    return not name.endswith("norm") and name != "norm_f"
+
+
+class Model:
+    """Parameters, gradients and the forward/backward orchestration over a backend's ops."""
+
+    def __init__(self, cfg: ModelConfig, ops=None, dtype=np.float32):
+        if ops is None:
+            from .ops import numpy_ops as ops
+        self.cfg, self.ops, self.xp = cfg, ops, ops.xp
+        self.dtype = dtype
+        self.size = buffer_size(cfg)
+        self.params = self.xp.zeros(self.size, dtype=dtype)   # master weights
+        self.grads = self.xp.zeros(self.size, dtype=dtype)
+        self.p = views(self.params, cfg)
+        self.g = views(self.grads, cfg)
+        self._rope = {}
+        self._acts = None
+
+    # ------------------------------------------------------------------ parameters
+    def init_weights(self, seed: int = 0) -> None:
+        """N(0, init_std) matrices, output projections scaled by 1/sqrt(2L), gains 1."""
+        cfg = self.cfg
+        rng = np.random.default_rng(seed)
+        host = np.zeros(self.size, dtype=np.float32)
+        hv = views(host, cfg)
+        for name, shape, _ in layout(cfg):
+            if not is_matrix(name):
+                hv[name][...] = 1.0
+                continue
+            std = cfg.init_std
+            if name.endswith(".wo") or name.endswith(".w_down"):
+                std /= math.sqrt(2 * cfg.n_layers)
+            hv[name][...] = rng.standard_normal(shape, dtype=np.float32) * std
+        self.load_flat(host)
+
+    def load_flat(self, host: np.ndarray) -> None:
+        self.params[...] = self.ops.asarray(host.astype(self.dtype, copy=False))
+
+    def decay_mask(self):
+        """Flat 0/1 buffer: 1 where weight decay applies."""
+        m = np.zeros(self.size, dtype=np.float32)
+        mv = views(m, self.cfg)
+        for name, _, _ in layout(self.cfg):
+            if is_matrix(name):
+                mv[name][...] = 1.0
+        return self.ops.asarray(m)
+
+    def rope(self, T: int, start: int = 0, dtype=None):
+        key = (T, start, dtype or self.dtype)
+        if key not in self._rope:
+            from .ops import numpy_ops
+            cos, sin = numpy_ops.rope_tables(np.arange(start, start + T), self.cfg.head_dim,
+                                             self.cfg.rope_theta, np.dtype(key[2]))
+            self._rope[key] = (self.ops.asarray(cos), self.ops.asarray(sin))
+            if len(self._rope) > 64:
+                self._rope.pop(next(iter(self._rope)))
+        return self._rope[key]
+
+    def weights(self) -> dict:
+        """Views of the weights the forward pass computes with (a cast copy on some backends)."""
+        cw = getattr(self.ops, "compute_weights", None)
+        if cw is None:
+            return self.p
+        return views(cw(self.params), self.cfg)
+
+    def head(self, W):
+        """The LM head as an (in, out) matrix and its gradient view."""
+        if self.cfg.tie_embeddings:
+            return W["wte"].T, self.g["wte"].T
+        return W["lm_head"], self.g["lm_head"]
+
+    # ------------------------------------------------------------------ training passes
+    def forward(self, idx, targets):
+        """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations."""
+        o, cfg = self.ops, self.cfg
+        B, T = idx.shape
+        N, C, H, K, D = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        W = self.weights()
+        cos, sin = self.rope(T, 0, getattr(o, "act_dtype", self.dtype))
+        acts = []
+        x, emb_cache = o.embedding_forward(W["wte"], idx)          # (B, T, C)
+        x = x.reshape(N, C)
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            h1, n1 = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)       # (N, C)
+            qkv = o.matmul_forward(h1, W[p + "wqkv"])                              # (N, (H+2K)D)
+            q, k, v = o.qkv_rope_forward(qkv, cos, sin, B, T, H, K)                # (B, H|K, T, D)
+            a, lse = o.attention_forward(q, k, v)                                  # (B, H, T, D)
+            am = o.merge_heads_forward(a)                                          # (N, H*D)
+            x = x + o.matmul_forward(am, W[p + "wo"])                              # residual
+            h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
+            u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
+            s, sw = o.swiglu_forward(u)                                            # (N, F)
+            x = x + o.matmul_forward(s, W[p + "w_down"])                           # residual
+            acts.append((h1, n1, q, k, v, a, lse, am, h2, n2, sw, s))
+        hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)                   # (N, C)
+        wh, _ = self.head(W)
+        logits = o.matmul_forward(hf, wh)                                          # (N, V)
+        losses, ce = o.cross_entropy_forward(logits, targets.reshape(N))           # (N,)
+        self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce)
+        return losses
+
+    def backward(self, dlosses) -> None:
+        """dlosses (B*T,): d(objective)/d(per-token loss). Accumulates into self.grads."""
+        o, cfg, G = self.ops, self.cfg, self.g
+        B, T, W, cos, sin, emb_cache, acts, hf, nf, ce = self._acts
+        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        dlogits = o.cross_entropy_backward(dlosses, ce)                            # (N, V)
+        wh, dwh = self.head(W)
+        dx = o.matmul_backward(dlogits, hf, wh, dwh)                               # (N, C)
+        dx = o.rmsnorm_backward(dx, nf, G["norm_f"])
+        for i in reversed(range(cfg.n_layers)):
+            p = f"layers.{i}."
+            h1, n1, q, k, v, a, lse, am, h2, n2, sw, s = acts[i]
+            ds = o.matmul_backward(dx, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
+            du = o.swiglu_backward(ds, sw)                                         # (N, 2F)
+            dh2 = o.matmul_backward(du, h2, W[p + "w_gateup"], G[p + "w_gateup"])  # (N, C)
+            dx = dx + o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"])               # residual
+            dam = o.matmul_backward(dx, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
+            da = o.merge_heads_backward(dam, B, H, T, D)                           # (B, H, T, D)
+            dq, dk, dv = o.attention_backward(da, q, k, v, a, lse)
+            dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
+            dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
+            dx = dx + o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"])              # residual
+        o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
+        self._acts = None
+
+    def loss_and_grad(self, idx, targets, weight: float = 1.0):
+        """Mean per-token loss of the batch; grads += weight * d(mean loss)/d(params)."""
+        losses = self.forward(idx, targets)
+        n = losses.shape[0]
+        self.backward(self.xp.full(n, weight / n, dtype=losses.dtype))
+        return losses
+
+    # ------------------------------------------------------------------ inference
+    def new_cache(self, B: int, S: int):
+        """Per-layer key/value buffers (B, K, S, D) for generation."""
+        cfg, xp = self.cfg, self.xp
+        dt = getattr(self.ops, "act_dtype", self.dtype)
+        shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
+        return [(xp.zeros(shape, dtype=dt), xp.zeros(shape, dtype=dt)) for _ in range(cfg.n_layers)]
+
+    def forward_cached(self, idx, cache, pos: int):
+        """idx (B, T) new tokens at positions pos..pos+T-1, with keys 0..pos-1 in `cache`.
+
+        Writes the new keys/values into the cache and returns logits (B, T, V) (the last T rows).
+        """
+        o, cfg = self.ops, self.cfg
+        B, T = idx.shape
+        N, C, H, K, D = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        W = self.weights()
+        cos, sin = self.rope(T, pos, getattr(o, "act_dtype", self.dtype))
+        x, _ = o.embedding_forward(W["wte"], idx)
+        x = x.reshape(N, C)
+        S = pos + T
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            kc, vc = cache[i]
+            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)
+            q, k, v = o.qkv_rope_forward(o.matmul_forward(h1, W[p + "wqkv"]), cos, sin, B, T, H, K)
+            kc[:, :, pos:S] = k
+            vc[:, :, pos:S] = v
+            a, _ = o.attention_forward(q, kc[:, :, :S], vc[:, :, :S])
+            x = x + o.matmul_forward(o.merge_heads_forward(a), W[p + "wo"])
+            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)
+            s, _ = o.swiglu_forward(o.matmul_forward(h2, W[p + "w_gateup"]))
+            x = x + o.matmul_forward(s, W[p + "w_down"])
+        hf, _ = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
+        wh, _ = self.head(W)
+        return o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)

@@ -1,0 +1,268 @@
+"""The reference ops: every layer as a forward/backward pair, in NumPy.
+
+This file is the oracle: the CUDA backend (cuda_ops.py) has the same function names and
+signatures and is tested against it. Everything here is dtype-generic: float32 for work, float64
+for gradient checks. The caches returned by *_forward are whatever *_backward needs.
+
+Dimension legend
+    B batch, T time (query length), S key length (S >= T; S == T in training),
+    C d_model, H query heads, K key/value heads (H % K == 0), G = H // K, D head dim,
+    F feed-forward width, V vocabulary, N = B * T rows.
+
+Accumulation: every d<param> argument is a view into the flat gradient buffer and is ACCUMULATED
+into (+=). Activation gradients are returned fresh (overwritten); the model adds the residual
+stream's gradient itself.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+xp = np  # the array module this backend computes with
+name = "numpy"
+
+
+# ----------------------------------------------------------------------------------------------
+# embedding: out[b, t] = wte[idx[b, t]]
+
+def embedding_forward(wte, idx):
+    """wte (V, C), idx (B, T) int -> out (B, T, C), cache."""
+    return wte[idx], idx
+
+
+def embedding_backward(dout, cache, dwte):
+    """dout (B, T, C); dwte (V, C) += scatter-add of dout rows at idx."""
+    idx = cache
+    C = dout.shape[-1]
+    np.add.at(dwte, idx.reshape(-1), dout.reshape(-1, C))
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm with a learnable gain: out = x / sqrt(mean(x^2) + eps) * g
+
+def rmsnorm_forward(x, g, eps):
+    """x (N, C), g (C,) -> out (N, C), cache."""
+    ms = np.mean(np.square(x), axis=-1, keepdims=True)  # (N, 1)
+    rstd = 1.0 / np.sqrt(ms + eps)                        # (N, 1)
+    xhat = x * rstd                                       # (N, C)
+    return xhat * g, (xhat, rstd, g)
+
+
+def rmsnorm_backward(dout, cache, dg):
+    """dout (N, C) -> dx (N, C); dg (C,) += sum over rows of dout * xhat."""
+    xhat, rstd, g = cache
+    dg += np.einsum("nc,nc->c", dout, xhat)
+    dxhat = dout * g                                                   # (N, C)
+    proj = np.mean(dxhat * xhat, axis=-1, keepdims=True)              # (N, 1)
+    return (dxhat - xhat * proj) * rstd
+
+
+# ----------------------------------------------------------------------------------------------
+# matmul (no bias): out = x @ w, with w stored (in, out)
+
+def matmul_forward(x, w):
+    """x (N, Cin), w (Cin, Cout) -> out (N, Cout)."""
+    return x @ w
+
+
+def matmul_backward(dout, x, w, dw):
+    """dout (N, Cout) -> dx (N, Cin); dw (Cin, Cout) += x^T @ dout."""
+    dw += x.T @ dout
+    return dout @ w.T
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE, rotate-half convention (as Llama): with x = [x1, x2] split along D,
+#   out = [x1*cos - x2*sin, x2*cos + x1*sin],  angle(t, i) = pos_t * theta^(-2i/D)
+
+def rope_tables(positions, D, theta, dtype):
+    """positions (T,) int -> cos, sin (T, D/2), computed in float64 then cast."""
+    inv_freq = theta ** (-np.arange(0, D // 2, dtype=np.float64) * 2.0 / D)   # (D/2,)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def rope_forward(x, cos, sin):
+    """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D)."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def rope_backward(dout, cos, sin):
+    """dout (B, H, T, D) -> dx: the transpose of the rotation (rotate by -angle)."""
+    h = dout.shape[-1] // 2
+    d1, d2 = dout[..., :h], dout[..., h:]
+    return np.concatenate([d1 * cos + d2 * sin, d2 * cos - d1 * sin], axis=-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# qkv split + RoPE: the fused projection's output becomes per-head q, k, v
+
+def qkv_rope_forward(qkv, cos, sin, B, T, H, K):
+    """qkv (B*T, (H + 2K) * D) -> q (B, H, T, D), k (B, K, T, D), v (B, K, T, D); rope on q, k."""
+    D = qkv.shape[-1] // (H + 2 * K)
+    t = qkv.reshape(B, T, H + 2 * K, D).transpose(0, 2, 1, 3)   # (B, H+2K, T, D) view
+    q = rope_forward(t[:, :H], cos, sin)
+    k = rope_forward(t[:, H:H + K], cos, sin)
+    v = np.ascontiguousarray(t[:, H + K:])
+    return q, k, v
+
+
+def qkv_rope_backward(dq, dk, dv, cos, sin):
+    """dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H + 2K) * D)."""
+    B, H, T, D = dq.shape
+    K = dk.shape[1]
+    d = np.concatenate([rope_backward(dq, cos, sin), rope_backward(dk, cos, sin), dv], axis=1)
+    return np.ascontiguousarray(d.transpose(0, 2, 1, 3)).reshape(B * T, (H + 2 * K) * D)
+
+
+def merge_heads_forward(a):
+    """a (B, H, T, D) -> (B*T, H*D)."""
+    B, H, T, D = a.shape
+    return np.ascontiguousarray(a.transpose(0, 2, 1, 3)).reshape(B * T, H * D)
+
+
+def merge_heads_backward(dout, B, H, T, D):
+    """dout (B*T, H*D) -> da (B, H, T, D)."""
+    return np.ascontiguousarray(dout.reshape(B, T, H, D).transpose(0, 2, 1, 3))
+
+
+# ----------------------------------------------------------------------------------------------
+# causal attention, blocked over queries so memory is O(block * S), never O(T^2) at once.
+# Query t (absolute position S - T + t) sees keys 0 .. S - T + t. Grouped-query: query head h
+# uses key/value head h // G.
+
+ATTN_BLOCK = 256  # queries per block: (B, H, 256, S) scores at a time
+
+
+def _scores(qb, k, scale):
+    """qb (B, K, G, b, D), k (B, K, S, D) -> (B, K, G, b, S)."""
+    return np.matmul(qb, k[:, :, None].swapaxes(-1, -2)) * scale
+
+
+def attention_forward(q, k, v, block=ATTN_BLOCK):
+    """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) (natural log)."""
+    B, H, T, D = q.shape
+    K, S = k.shape[1], k.shape[2]
+    G = H // K
+    scale = 1.0 / math.sqrt(D)
+    qg = q.reshape(B, K, G, T, D)
+    out = np.empty_like(q).reshape(B, K, G, T, D)
+    lse = np.empty((B, K, G, T), dtype=q.dtype)
+    for q0 in range(0, T, block):
+        q1 = min(T, q0 + block)
+        kend = S - T + q1                       # keys beyond this are masked for every row
+        s = _scores(qg[:, :, :, q0:q1], k[:, :, :kend], scale)   # (B, K, G, b, kend)
+        _mask_block(s, q0, S, T)
+        m = s.max(axis=-1, keepdims=True)
+        p = np.exp(s - m)
+        l = p.sum(axis=-1, keepdims=True)
+        out[:, :, :, q0:q1] = np.matmul(p, v[:, :, None, :kend]) / l
+        lse[:, :, :, q0:q1] = (m + np.log(l))[..., 0]
+    return out.reshape(B, H, T, D), lse.reshape(B, H, T)
+
+
+def _mask_block(s, q0, S, T):
+    """s (..., b, kend): query q0 + r (absolute S - T + q0 + r) may see keys <= that position."""
+    b, kend = s.shape[-2], s.shape[-1]
+    first = S - T + q0
+    cols = np.arange(kend)[None, :]
+    rows = first + np.arange(b)[:, None]
+    s[..., cols > rows] = -np.inf
+
+
+def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
+    """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
+
+    FlashAttention-2 style: the probabilities are recomputed per block from lse.
+    """
+    B, H, T, D = q.shape
+    K, S = k.shape[1], k.shape[2]
+    G = H // K
+    scale = 1.0 / math.sqrt(D)
+    qg = q.reshape(B, K, G, T, D)
+    dog = dout.reshape(B, K, G, T, D)
+    lseg = lse.reshape(B, K, G, T)
+    delta = np.sum(dout * out, axis=-1).reshape(B, K, G, T)   # rowsum(dO * O)
+    dq = np.empty_like(qg)
+    dk = np.zeros_like(k)
+    dv = np.zeros_like(v)
+    for q0 in range(0, T, block):
+        q1 = min(T, q0 + block)
+        kend = S - T + q1
+        qb, dob = qg[:, :, :, q0:q1], dog[:, :, :, q0:q1]
+        s = _scores(qb, k[:, :, :kend], scale)
+        _mask_block(s, q0, S, T)
+        p = np.exp(s - lseg[:, :, :, q0:q1, None])                      # (B, K, G, b, kend)
+        dv[:, :, :kend] += np.matmul(p.swapaxes(-1, -2), dob).sum(axis=2)
+        dp = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))     # (B, K, G, b, kend)
+        ds = p * (dp - delta[:, :, :, q0:q1, None]) * scale
+        dq[:, :, :, q0:q1] = np.matmul(ds, k[:, :, None, :kend])
+        dk[:, :, :kend] += np.matmul(ds.swapaxes(-1, -2), qb).sum(axis=2)
+    return dq.reshape(B, H, T, D), dk, dv
+
+
+# ----------------------------------------------------------------------------------------------
+# SwiGLU: h = [gate, up] (the fused projection), out = silu(gate) * up
+
+def swiglu_forward(h):
+    """h (N, 2F) -> out (N, F)."""
+    F = h.shape[-1] // 2
+    g, u = h[:, :F], h[:, F:]
+    return g / (1.0 + np.exp(-g)) * u, h
+
+
+def swiglu_backward(dout, cache):
+    """dout (N, F) -> dh (N, 2F)."""
+    h = cache
+    F = h.shape[-1] // 2
+    g, u = h[:, :F], h[:, F:]
+    sig = 1.0 / (1.0 + np.exp(-g))
+    silu = g * sig
+    dh = np.empty_like(h)
+    dh[:, F:] = dout * silu
+    dh[:, :F] = dout * u * (sig * (1.0 + g * (1.0 - sig)))
+    return dh
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax + cross-entropy, per row. Returns per-token losses so callers can weight by bytes.
+
+def cross_entropy_forward(logits, targets):
+    """logits (N, V), targets (N,) int -> losses (N,) in nats, cache (probabilities)."""
+    m = logits.max(axis=-1, keepdims=True)
+    z = logits - m
+    e = np.exp(z)
+    s = e.sum(axis=-1, keepdims=True)
+    rows = np.arange(logits.shape[0])
+    losses = np.log(s[:, 0]) - z[rows, targets]
+    e /= s
+    return losses, (e, targets)
+
+
+def cross_entropy_backward(dlosses, cache):
+    """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses."""
+    probs, targets = cache
+    d = probs * dlosses[:, None]
+    d[np.arange(d.shape[0]), targets] -= dlosses
+    return d
+
+
+def log_softmax(logits):
+    """logits (..., V) -> log-probabilities, for sampling and scoring."""
+    m = logits.max(axis=-1, keepdims=True)
+    z = logits - m
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# the backend's array plumbing (the CUDA backend overrides these)
+
+def asarray(a, dtype=None):
+    return np.asarray(a, dtype=dtype)
+
+
+def to_numpy(a):
+    return np.asarray(a)
