@@ -1,0 +1,232 @@
+"""Learning byte-pair merges from any bytes (text, DNA, binaries).
+
+Algorithm (the classic incremental one, vectorised per merge):
+1. Take a sample of at most max_sample_bytes (see sample_segments), optionally pre-split into
+   pieces by a regex (pre_split="text"); identical segments are stored once with a weight.
+2. Count every adjacent pair once (np.bincount over uint16 codes a << 8 | b) and index the
+   positions of each pair (one radix argsort).
+3. Repeat M times: pop the best pair from a heap, merge all of its occurrences with NumPy
+   (bytemodel.bpe_seq.LinkedSeq.merge), and update only the counts of the windows that changed.
+
+Counts are of adjacent windows, overlapping ones included (a a a holds (a, a) twice), weighted by
+how often the segment occurs. The merge applied is leftmost-first without overlap, exactly what
+encoding does, so encoding the sample reproduces the training segmentation.
+
+Tie-break rule: the highest count wins; among equal counts the smallest pair (a, b), compared as
+(a, then b) on ids, wins. (The same rule as HuggingFace tokenizers' BPE trainer with the byte
+alphabet in byte order.)
+"""
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter
+from typing import Iterable
+
+import numpy as np
+
+from .bpe_seq import SHIFT, LinkedSeq, group_by_code
+from .errors import TokenizerError
+from .tokenizer import MAX_VOCAB, SPECIALS
+
+# Our own text pre-split (bytes regex, ASCII classes; bytes >= 0x80 count as letters so UTF-8
+# words stay whole): contractions, an optional space + letters, an optional space + up to 3
+# digits, an optional space + other symbols, whitespace runs (the last space of a run before a
+# word goes with the word). Every byte falls in some class, so the pieces concatenate back to
+# the input exactly.
+TEXT_PATTERN = (
+    rb"'(?:[sdmt]|ll|ve|re)"
+    rb"| ?[A-Za-z\x80-\xff]+"
+    rb"| ?[0-9]{1,3}"
+    rb"| ?[^\sA-Za-z0-9\x80-\xff]+"
+    rb"|\s+(?!\S)"
+    rb"|\s+"
+)
+PRE_SPLITS = {"text": re.compile(TEXT_PATTERN)}
+
+DEFAULT_MAX_SAMPLE_BYTES = 32 << 20  # 32 MiB: about 0.7 GB of working arrays while training
+SAMPLE_BLOCK = 1 << 16  # sampling unit: 64 KiB slices of big documents, or packs of small ones
+
+
+def pre_split_pieces(data: bytes, pre_split: str | None) -> list[bytes]:
+    """Split data into pieces with the named pattern; None -> [data]. Pieces join back to data."""
+    if pre_split is None:
+        return [data]
+    try:
+        pat = PRE_SPLITS[pre_split]
+    except KeyError:
+        raise TokenizerError(f"unknown pre-split {pre_split!r}; known: {', '.join(PRE_SPLITS)}") from None
+    return pat.findall(data)
+
+
+def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
+    """A deterministic sample of at most max_bytes from bytes or an iterable of byte documents.
+
+    Documents are cut into units of at most SAMPLE_BLOCK bytes: a big document into consecutive
+    slices, small consecutive documents packed together (each stays its own segment). If all
+    units fit, everything is kept; otherwise reservoir sampling (Algorithm R, NumPy generator
+    seeded with `seed`) keeps max_bytes // SAMPLE_BLOCK units, returned in input order. Memory is
+    the sample plus the largest single document the iterable yields.
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = [bytes(data)]
+    cap = max(1, max_bytes // SAMPLE_BLOCK) if max_bytes >= SAMPLE_BLOCK else 1
+    block = min(SAMPLE_BLOCK, max(1, max_bytes))
+    rng = np.random.default_rng(seed)
+    kept: list[tuple[int, list[bytes]]] = []
+    n_units = 0
+
+    def units():
+        pack: list[bytes] = []
+        size = 0
+        for doc in data:
+            doc = bytes(doc)
+            if not doc:
+                continue
+            if len(doc) >= block:
+                for i in range(0, len(doc), block):
+                    yield [doc[i:i + block]]
+                continue
+            if size + len(doc) > block:
+                yield pack
+                pack, size = [], 0
+            pack.append(doc)
+            size += len(doc)
+        if pack:
+            yield pack
+
+    for unit in units():
+        if len(kept) < cap:
+            kept.append((n_units, unit))
+        else:
+            j = int(rng.integers(0, n_units + 1))
+            if j < cap:
+                kept[j] = (n_units, unit)
+        n_units += 1
+    kept.sort(key=lambda x: x[0])
+    return [seg for _, unit in kept for seg in unit]
+
+
+def train_bpe(
+    data: bytes | Iterable[bytes],
+    n_merges: int,
+    *,
+    pre_split: str | None = None,
+    max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES,
+    seed: int = 0,
+) -> list[tuple[int, int]]:
+    """Learn n_merges merges; merge i turns the pair (a, b) into id 256 + i.
+
+    data: bytes, or an iterable of byte documents (no pair crosses a document boundary).
+    pre_split: None (default: no splitting, for any data) or "text" (TEXT_PATTERN).
+    Raises TokenizerError if n_merges is out of range or the data cannot supply that many
+    merges (no pair occurs twice any more).
+    """
+    n_merges = int(n_merges)
+    if n_merges < 0:
+        raise TokenizerError(f"number of merges must be >= 0, got {n_merges}")
+    max_merges = MAX_VOCAB - 256 - len(SPECIALS)
+    if n_merges > max_merges:
+        raise TokenizerError(f"{n_merges} merges exceed the uint16 vocabulary; at most {max_merges}")
+    if pre_split is not None and pre_split not in PRE_SPLITS:
+        raise TokenizerError(f"unknown pre-split {pre_split!r}; known: {', '.join(PRE_SPLITS)}")
+    segs = sample_segments(data, max_sample_bytes, seed)
+    if not segs:
+        raise TokenizerError("no data to learn merges from (empty source)")
+    if n_merges == 0:
+        return []
+    counter: Counter[bytes] = Counter()
+    for s in segs:
+        counter.update(pre_split_pieces(s, pre_split))
+    del segs
+    return _learn(list(counter.keys()), list(counter.values()), n_merges)
+
+
+def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple[int, int]]:
+    """The merge loop over distinct pieces with integer weights (see the module docstring)."""
+    lens = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    seg_ends = np.cumsum(lens)
+    ids = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+    w_seg = np.asarray(weights, dtype=np.int64)
+    uniform = bool((w_seg == 1).all())
+    wpos = None if uniform else np.repeat(w_seg, lens)  # int64[N] weight of each position
+    del pieces
+    seq = LinkedSeq(ids, seg_ends)
+    if seq.n < 2:
+        raise TokenizerError("the sample has fewer than 2 bytes; no merge can be learned")
+
+    # initial windows: counts, and positions grouped by code16 = a << 8 | b (radix argsort)
+    c16 = seq.byte_pair_codes16()
+    wpos_ok = np.flatnonzero(seq.window_ok).astype(np.int32)
+    c16 = c16[wpos_ok]
+    order = np.argsort(c16, kind="stable")
+    init_pos = wpos_ok[order]
+    del order
+    n_per = np.bincount(c16, minlength=1 << 16)
+    init_off = np.concatenate(([0], np.cumsum(n_per)))
+    if uniform:
+        counts16 = n_per
+    else:
+        counts16 = np.bincount(c16, weights=wpos[wpos_ok], minlength=1 << 16).astype(np.int64)
+    del c16, wpos_ok
+    counts: dict[int, int] = {}
+    heap: list[tuple[int, int, int]] = []
+    for code in np.flatnonzero(counts16).tolist():
+        a, b = code >> 8, code & 0xFF
+        c = int(counts16[code])
+        counts[(a << SHIFT) | b] = c
+        heap.append((-c, a, b))
+    heapq.heapify(heap)
+    index: dict[int, np.ndarray] = {}  # code -> sorted candidate positions (codes with an id >= 256)
+
+    merges: list[tuple[int, int]] = []
+    while len(merges) < n_merges:
+        best = None
+        while heap:
+            negc, a, b = heapq.heappop(heap)
+            code = (a << SHIFT) | b
+            cur = counts.get(code, 0)
+            if cur == -negc:
+                best = (cur, a, b, code)
+                break
+            if cur > 0:  # stale entry: counts only fall after a push, so re-push the true one
+                heapq.heappush(heap, (-cur, a, b))
+        if best is None or best[0] < 2:
+            k = len(merges)
+            raise TokenizerError(
+                f"the data supports only {k} merges (no pair occurs twice after merge {k}); "
+                f"asked for {n_merges}: use fewer merges or more data")
+        _, a, b, code = best
+        t = 256 + len(merges)
+        if a < 256 and b < 256:
+            c = (a << 8) | b
+            cands = init_pos[init_off[c]:init_off[c + 1]]
+        else:
+            cands = index.pop(code)
+        n, (rem, rem_codes), (add, add_codes) = seq.merge(cands, a, b, t, want_removed=True)
+        merges.append((a, b))
+        # count changes: removed windows -w, created windows +w, summed per code
+        all_codes = np.concatenate([rem_codes, add_codes])
+        if uniform:
+            delta = np.concatenate([np.full(len(rem), -1, np.int64), np.ones(len(add), np.int64)])
+        else:
+            delta = np.concatenate([-wpos[rem], wpos[add]])
+        order = np.argsort(all_codes, kind="stable")
+        all_codes = all_codes[order]
+        starts = np.flatnonzero(np.concatenate(([True], all_codes[1:] != all_codes[:-1])))
+        sums = np.add.reduceat(delta[order], starts)
+        get = counts.get
+        for c, d in zip(all_codes[starts].tolist(), sums.tolist()):
+            if d == 0:
+                continue
+            nc = get(c, 0) + d
+            if nc:
+                counts[c] = nc
+            else:
+                del counts[c]
+            if d > 0:  # a code created by this merge: its only rise
+                heapq.heappush(heap, (-nc, c >> SHIFT, c & 0xFFFF))
+        for c, pos in group_by_code(add, add_codes):
+            index[c] = pos
+        counts.pop(code, None)  # every window of (a, b) was consumed or removed
+    return merges
