@@ -47,6 +47,17 @@ class MergeTable:
             a, b = self.merges[r]
             self.byte_rank[(a << 8) | b] = r
         self._safe = None
+        # partners: id u -> (sorted partner ids, their ranks) for merges (u, y) / (x, u)
+        self.right: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.left: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if self.n:
+            r = np.arange(self.n, dtype=np.int64)
+            for side, key, other in ((self.right, m[:, 0], m[:, 1]), (self.left, m[:, 1], m[:, 0])):
+                order = np.lexsort((r, other, key))  # by key, then partner, then rank
+                k, o, rr = key[order], other[order], r[order]
+                bounds = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))).tolist() + [len(k)]
+                for j, u in enumerate(k[bounds[:-1]].tolist()):
+                    side[u] = (o[bounds[j]:bounds[j + 1]], rr[bounds[j]:bounds[j + 1]])
 
     def rank_of(self, codes: np.ndarray) -> np.ndarray:
         """int64[K] rank of each pair code, -1 where it is not a merge."""
@@ -105,6 +116,8 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
         ranks = table.rank_of(codes_of(t[wpos], t[wpos + 1]))
         _add_to_index(index, pending, wpos, ranks)
     heapq.heapify(pending)
+    tok, nxt, prv = seq.tok, seq.nxt, seq.prv
+    right, left = table.right, table.left
     while pending:
         r = heapq.heappop(pending)
         a, b = table.merges[r]
@@ -114,10 +127,56 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
             cands = init_pos[init_off[c]:init_off[c + 1]]
         if cands is None or len(cands) == 0:
             continue
-        _, _, (add, add_codes) = seq.merge(cands, a, b, 256 + r, want_removed=False)
-        if len(add):
-            _add_to_index(index, pending, add, table.rank_of(add_codes))
+        t = 256 + r
+        P, Q = seq.find(cands, a, b)
+        if len(P) == 0:
+            continue
+        rp, lp = right.get(t), left.get(t)
+        if lp is not None:
+            L = prv[P]
+            Lok = L >= 0
+            Lok[1:] &= L[1:] != Q[:-1]  # that window is (t, t), found on the right side
+            Lpos = L[Lok]
+        R = seq.apply(P, Q, t)
+        if rp is not None:  # windows (t, y) at P
+            hasR = R >= 0
+            _index_side(index, pending, P[hasR], tok[R[hasR]], rp)
+        if lp is not None:  # windows (x, t) at prv[P]
+            _index_side(index, pending, Lpos, tok[Lpos], lp)
     return seq
+
+
+def _index_side(index: dict, pending: list, pos: np.ndarray, other: np.ndarray, partners) -> None:
+    """Index windows at sorted positions pos whose partner ids are other, for merges in partners."""
+    ids, ranks = partners
+    if len(pos) == 0:
+        return
+    if len(ids) == 1:
+        m = other == ids[0]
+        if m.any():
+            _put(index, pending, int(ranks[0]), pos[m])
+        return
+    i = np.searchsorted(ids, other)
+    np.minimum(i, len(ids) - 1, out=i)
+    m = ids[i] == other
+    if not m.any():
+        return
+    pos, rk = pos[m], ranks[i[m]]
+    order = np.argsort(rk, kind="stable")
+    pos, rk = pos[order], rk[order]
+    bounds = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1]))).tolist() + [len(rk)]
+    for j, rr in enumerate(rk[bounds[:-1]].tolist()):
+        _put(index, pending, rr, pos[bounds[j]:bounds[j + 1]])
+
+
+def _put(index: dict, pending: list, r: int, p: np.ndarray) -> None:
+    """Add sorted positions p under rank r and queue r."""
+    old = index.get(r)
+    if old is None:
+        index[r] = p
+        heapq.heappush(pending, r)
+    else:  # only when the input already held merged ids
+        index[r] = np.union1d(old, p).astype(np.int32)
 
 
 def _add_to_index(index: dict, pending: list, pos: np.ndarray, ranks: np.ndarray) -> None:
@@ -128,16 +187,9 @@ def _add_to_index(index: dict, pending: list, pos: np.ndarray, ranks: np.ndarray
     pos, ranks = pos[keep], ranks[keep]
     order = np.argsort(ranks, kind="stable")
     pos, ranks = pos[order], ranks[order]
-    starts = np.flatnonzero(np.concatenate(([True], ranks[1:] != ranks[:-1])))
-    bounds = starts.tolist() + [len(ranks)]
-    for i, r in enumerate(ranks[starts].tolist()):
-        p = pos[bounds[i]:bounds[i + 1]]
-        old = index.get(r)
-        if old is None:
-            index[r] = p
-            heapq.heappush(pending, r)
-        else:  # only when the input already held merged ids
-            index[r] = np.union1d(old, p).astype(np.int32)
+    bounds = np.flatnonzero(np.concatenate(([True], ranks[1:] != ranks[:-1]))).tolist() + [len(ranks)]
+    for j, r in enumerate(ranks[bounds[:-1]].tolist()):
+        _put(index, pending, r, pos[bounds[j]:bounds[j + 1]])
 
 
 def encode_bytes(data: bytes, merges, pre_split: str | None = None) -> np.ndarray:

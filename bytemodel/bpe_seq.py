@@ -59,25 +59,19 @@ class LinkedSeq:
         t = self.tok.astype(np.uint16)
         return (t[:-1] << 8) | t[1:]
 
-    def merge(self, cands: np.ndarray, a: int, b: int, t: int, want_removed: bool):
-        """Merge every occurrence of (a, b) among the candidate positions into id t.
+    def find(self, cands: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Occurrences of (a, b) to merge: (P int32[K] left positions, Q int32[K] right positions).
 
-        cands: int[K] sorted candidate positions (may hold stale ones, which are skipped).
-        Occurrences are merged leftmost first without overlap: a run a a a with a == b becomes
-        (aa) a, as sequential left-to-right replacement would do.
-
-        Returns (n_merged, removed, added): removed is int32[R] positions of windows that
-        disappeared (None unless want_removed; their codes must be read BEFORE the call, so it
-        returns (positions, codes) instead), added is int32[A] sorted positions of windows that
-        the merge created (each containing t) and their codes int64[A].
+        cands: int[C] sorted candidate positions (may hold stale ones, which are skipped).
+        Occurrences are taken leftmost first without overlap: a run a a a with a == b gives
+        (aa) a, as sequential left-to-right replacement does.
         """
-        tok, nxt, prv = self.tok, self.nxt, self.prv
+        tok, nxt = self.tok, self.nxt
         q = nxt[cands]
-        ok = (tok[cands] == a) & (q >= 0)
+        ok = tok[cands] == a
+        ok &= q >= 0
         ok &= tok[q] == b  # q == -1 reads the last element; masked by (q >= 0) above
         P = cands[ok]
-        if len(P) == 0:
-            return 0, None, (np.empty(0, np.int32), np.empty(0, np.int64))
         Q = q[ok]
         if a == b and len(P) > 1:
             # chains of overlapping occurrences p -> nxt[p] -> ...: keep the 1st, 3rd, 5th ...
@@ -90,24 +84,23 @@ class LinkedSeq:
                 np.maximum.accumulate(start, out=start)
                 keep = ((idx - start) & 1) == 0
                 P, Q = P[keep], Q[keep]
+        return P, Q
+
+    def apply(self, P: np.ndarray, Q: np.ndarray, t: int) -> np.ndarray:
+        """Merge the occurrences found by find(): P takes id t, Q dies, P links to nxt[Q].
+
+        Returns R = int32[K] the new right neighbour of each P (-1 at a segment end).
+        Afterwards the windows that changed are: created at P where R >= 0, (t, tok[R]), and at
+        prv[P] where that is >= 0 and not the previous P, (tok[prv[P]], t).
+        """
+        tok, nxt, prv = self.tok, self.nxt, self.prv
         R = nxt[Q]
-        hasR = R >= 0
-        removed = None
-        if want_removed:
-            L = prv[P]
-            rem = np.concatenate([L[L >= 0], P, Q[hasR]])
-            rem = np.unique(rem)
-            removed = (rem, codes_of(tok[rem], tok[nxt[rem]]))
-        # rewrite: P takes t, Q dies, P links to R
         tok[P] = t
         tok[Q] = -1
         nxt[P] = R
+        hasR = R >= 0
         prv[R[hasR]] = P[hasR]
-        Lnew = prv[P]
-        add = np.concatenate([Lnew[Lnew >= 0], P[hasR]])
-        add = np.unique(add)
-        added = (add, codes_of(tok[add], tok[nxt[add]]))
-        return len(P), removed, added
+        return R
 
     def live_ids(self) -> np.ndarray:
         """uint16[n_tokens] the current token sequence."""
@@ -120,19 +113,3 @@ class LinkedSeq:
         seg_of = np.searchsorted(seg_ends, live, side="right")
         counts = np.bincount(seg_of, minlength=len(seg_ends))
         return self.tok[live].astype(np.uint16), counts
-
-
-def group_by_code(pos: np.ndarray, codes: np.ndarray):
-    """Split positions by code: yields (code, int32[k] sorted positions) for each distinct code.
-
-    pos must be sorted; a stable sort by code keeps each group's positions sorted.
-    """
-    if len(codes) == 0:
-        return
-    order = np.argsort(codes, kind="stable")
-    c = codes[order]
-    p = pos[order]
-    starts = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
-    bounds = starts.tolist() + [len(c)]
-    for i, code in enumerate(c[starts].tolist()):
-        yield code, p[bounds[i]:bounds[i + 1]]

@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .bpe_seq import SHIFT, LinkedSeq, group_by_code
+from .bpe_seq import SHIFT, LinkedSeq
 from .errors import TokenizerError
 from .tokenizer import MAX_VOCAB, SPECIALS
 
@@ -203,30 +203,62 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
             cands = init_pos[init_off[c]:init_off[c + 1]]
         else:
             cands = index.pop(code)
-        n, (rem, rem_codes), (add, add_codes) = seq.merge(cands, a, b, t, want_removed=True)
+        P, Q = seq.find(cands, a, b)
+        L = seq.prv[P]
+        R = seq.nxt[Q]
+        Lok = L >= 0
+        Lok[1:] &= L[1:] != Q[:-1]  # L_i == Q_(i-1): that window is counted on the right side
+        hasR = R >= 0
+        wP = None if uniform else wpos[P]
+        xs = seq.tok[L[Lok]]
+        ys_old = seq.tok[R[hasR]]
+        seq.apply(P, Q, t)
+        ys_new = seq.tok[R[hasR]]  # t where R is itself a merged position
         merges.append((a, b))
-        # count changes: removed windows -w, created windows +w, summed per code
-        all_codes = np.concatenate([rem_codes, add_codes])
-        if uniform:
-            delta = np.concatenate([np.full(len(rem), -1, np.int64), np.ones(len(add), np.int64)])
-        else:
-            delta = np.concatenate([-wpos[rem], wpos[add]])
-        order = np.argsort(all_codes, kind="stable")
-        all_codes = all_codes[order]
-        starts = np.flatnonzero(np.concatenate(([True], all_codes[1:] != all_codes[:-1])))
-        sums = np.add.reduceat(delta[order], starts)
+        V = t + 1
+        wl = None if uniform else wP[Lok]
+        wr = None if uniform else wP[hasR]
+        bx = np.bincount(xs, weights=wl, minlength=V)
+        by_old = np.bincount(ys_old, weights=wr, minlength=V)
+        by_new = np.bincount(ys_new, weights=wr, minlength=V)
+        # windows (x, a) -> (x, t) at L; (b, y) -> (t, y') at P
         get = counts.get
-        for c, d in zip(all_codes[starts].tolist(), sums.tolist()):
-            if d == 0:
-                continue
-            nc = get(c, 0) + d
+        a_lo, b_hi, t_hi = a, b << SHIFT, t << SHIFT
+        xnz = np.flatnonzero(bx)
+        for x, c in zip(xnz.tolist(), bx[xnz].tolist()):
+            c = int(c)
+            k = (x << SHIFT) | a_lo
+            nc = get(k, 0) - c
             if nc:
-                counts[c] = nc
+                counts[k] = nc
             else:
-                del counts[c]
-            if d > 0:  # a code created by this merge: its only rise
-                heapq.heappush(heap, (-nc, c >> SHIFT, c & 0xFFFF))
-        for c, pos in group_by_code(add, add_codes):
-            index[c] = pos
-        counts.pop(code, None)  # every window of (a, b) was consumed or removed
+                counts.pop(k, None)
+            k = (x << SHIFT) | t
+            counts[k] = c
+            heapq.heappush(heap, (-c, x, t))
+        ynz = np.flatnonzero(by_old)
+        for y, c in zip(ynz.tolist(), by_old[ynz].tolist()):
+            k = b_hi | y
+            nc = get(k, 0) - int(c)
+            if nc:
+                counts[k] = nc
+            else:
+                counts.pop(k, None)
+        ynz = np.flatnonzero(by_new)
+        for y, c in zip(ynz.tolist(), by_new[ynz].tolist()):
+            c = int(c)
+            counts[t_hi | y] = c
+            heapq.heappush(heap, (-c, t, y))
+        counts.pop(code, None)  # every window of (a, b) was merged or removed
+        # candidate positions of the new pairs, sorted within each pair
+        for side_pos, side_ids, hist, left in ((L[Lok], xs, bx, True), (P[hasR], ys_new, by_new, False)):
+            if len(side_pos) == 0:
+                continue
+            order = np.argsort(side_ids, kind="stable")
+            sp = side_pos[order]
+            sid = side_ids[order]
+            bounds = np.flatnonzero(np.concatenate(([True], sid[1:] != sid[:-1]))).tolist() + [len(sid)]
+            for j, u in enumerate(sid[bounds[:-1]].tolist()):
+                k = (u << SHIFT) | t if left else t_hi | u
+                index[k] = sp[bounds[j]:bounds[j + 1]]
     return merges
