@@ -138,8 +138,32 @@ ATTN_BLOCK = 256  # queries per block: (B, H, 256, S) scores at a time
 
 
 def _scores(qb, k, scale):
-    """qb (B, K, G, b, D), k (B, K, S, D) -> (B, K, G, b, S)."""
-    return np.matmul(qb, k[:, :, None].swapaxes(-1, -2)) * scale
+    """qb (B, K, G, b, D), k (B, K, S, D) -> scale * qb @ k^T (B, K, G, b, S)."""
+    s = np.matmul(qb, k[:, :, None].swapaxes(-1, -2))
+    s *= scale
+    return s
+
+
+_MASKS: dict = {}
+
+
+def _mask_add(b, kend, first, dtype):
+    """(b, kend) additive mask: 0 where key <= query position (first + row), -inf above."""
+    key = (b, kend, first, np.dtype(dtype).str)
+    m = _MASKS.get(key)
+    if m is None:
+        cols = np.arange(kend)[None, :]
+        rows = first + np.arange(b)[:, None]
+        m = np.where(cols > rows, -np.inf, 0.0).astype(dtype)
+        if len(_MASKS) > 256:
+            _MASKS.clear()
+        _MASKS[key] = m
+    return m
+
+
+def _sum_groups(a):
+    """(B, K, G, ...) -> (B, K, ...): sum over the query heads that share a key/value head."""
+    return a[:, :, 0] if a.shape[2] == 1 else a.sum(axis=2)
 
 
 def attention_forward(q, k, v, block=ATTN_BLOCK):
@@ -149,28 +173,22 @@ def attention_forward(q, k, v, block=ATTN_BLOCK):
     G = H // K
     scale = 1.0 / math.sqrt(D)
     qg = q.reshape(B, K, G, T, D)
-    out = np.empty_like(q).reshape(B, K, G, T, D)
+    out = np.empty((B, K, G, T, D), dtype=q.dtype)
     lse = np.empty((B, K, G, T), dtype=q.dtype)
     for q0 in range(0, T, block):
         q1 = min(T, q0 + block)
-        kend = S - T + q1                       # keys beyond this are masked for every row
+        kend = S - T + q1                       # keys past this are masked for every row
         s = _scores(qg[:, :, :, q0:q1], k[:, :, :kend], scale)   # (B, K, G, b, kend)
-        _mask_block(s, q0, S, T)
+        s += _mask_add(q1 - q0, kend, S - T + q0, s.dtype)
         m = s.max(axis=-1, keepdims=True)
-        p = np.exp(s - m)
-        l = p.sum(axis=-1, keepdims=True)
-        out[:, :, :, q0:q1] = np.matmul(p, v[:, :, None, :kend]) / l
+        s -= m
+        np.exp(s, out=s)                                          # unnormalised probabilities
+        l = s.sum(axis=-1, keepdims=True)
+        o = np.matmul(s, v[:, :, None, :kend])
+        o /= l
+        out[:, :, :, q0:q1] = o
         lse[:, :, :, q0:q1] = (m + np.log(l))[..., 0]
     return out.reshape(B, H, T, D), lse.reshape(B, H, T)
-
-
-def _mask_block(s, q0, S, T):
-    """s (..., b, kend): query q0 + r (absolute S - T + q0 + r) may see keys <= that position."""
-    b, kend = s.shape[-2], s.shape[-1]
-    first = S - T + q0
-    cols = np.arange(kend)[None, :]
-    rows = first + np.arange(b)[:, None]
-    s[..., cols > rows] = -np.inf
 
 
 def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
@@ -185,7 +203,7 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
     qg = q.reshape(B, K, G, T, D)
     dog = dout.reshape(B, K, G, T, D)
     lseg = lse.reshape(B, K, G, T)
-    delta = np.sum(dout * out, axis=-1).reshape(B, K, G, T)   # rowsum(dO * O)
+    delta = np.einsum("bhtd,bhtd->bht", dout, out).reshape(B, K, G, T)   # rowsum(dO * O)
     dq = np.empty_like(qg)
     dk = np.zeros_like(k)
     dv = np.zeros_like(v)
@@ -193,14 +211,17 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
         q1 = min(T, q0 + block)
         kend = S - T + q1
         qb, dob = qg[:, :, :, q0:q1], dog[:, :, :, q0:q1]
-        s = _scores(qb, k[:, :, :kend], scale)
-        _mask_block(s, q0, S, T)
-        p = np.exp(s - lseg[:, :, :, q0:q1, None])                      # (B, K, G, b, kend)
-        dv[:, :, :kend] += np.matmul(p.swapaxes(-1, -2), dob).sum(axis=2)
-        dp = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))     # (B, K, G, b, kend)
-        ds = p * (dp - delta[:, :, :, q0:q1, None]) * scale
+        p = _scores(qb, k[:, :, :kend], scale)
+        p += _mask_add(q1 - q0, kend, S - T + q0, p.dtype)
+        p -= lseg[:, :, :, q0:q1, None]
+        np.exp(p, out=p)                                                 # (B, K, G, b, kend)
+        dv[:, :, :kend] += _sum_groups(np.matmul(p.swapaxes(-1, -2), dob))
+        ds = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))      # dP (B, K, G, b, kend)
+        ds -= delta[:, :, :, q0:q1, None]
+        ds *= p
+        ds *= scale
         dq[:, :, :, q0:q1] = np.matmul(ds, k[:, :, None, :kend])
-        dk[:, :, :kend] += np.matmul(ds.swapaxes(-1, -2), qb).sum(axis=2)
+        dk[:, :, :kend] += _sum_groups(np.matmul(ds.swapaxes(-1, -2), qb))
     return dq.reshape(B, H, T, D), dk, dv
 
 
@@ -211,7 +232,12 @@ def swiglu_forward(h):
     """h (N, 2F) -> out (N, F)."""
     F = h.shape[-1] // 2
     g, u = h[:, :F], h[:, F:]
-    return g / (1.0 + np.exp(-g)) * u, h
+    out = np.negative(g)
+    np.exp(out, out=out)
+    out += 1.0
+    np.divide(g, out, out=out)      # silu(g)
+    out *= u
+    return out, h
 
 
 def swiglu_backward(dout, cache):
@@ -219,11 +245,19 @@ def swiglu_backward(dout, cache):
     h = cache
     F = h.shape[-1] // 2
     g, u = h[:, :F], h[:, F:]
-    sig = 1.0 / (1.0 + np.exp(-g))
-    silu = g * sig
+    sig = np.negative(g)
+    np.exp(sig, out=sig)
+    sig += 1.0
+    np.reciprocal(sig, out=sig)                  # sigmoid(g)
     dh = np.empty_like(h)
-    dh[:, F:] = dout * silu
-    dh[:, :F] = dout * u * (sig * (1.0 + g * (1.0 - sig)))
+    np.multiply(g, sig, out=dh[:, F:])
+    dh[:, F:] *= dout                            # d up = dout * silu(g)
+    t = np.subtract(1.0, sig)
+    t *= g
+    t += 1.0
+    t *= sig                                     # silu'(g) = sig * (1 + g (1 - sig))
+    t *= u
+    np.multiply(t, dout, out=dh[:, :F])
     return dh
 
 

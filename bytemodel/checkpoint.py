@@ -1,0 +1,138 @@
+"""Checkpoints: safetensors tensors + JSON metadata, written atomically.
+
+File layout (one .safetensors file):
+    tensors  <param name>  fp32, one per named parameter (e.g. "layers.0.wqkv")
+             "optim.m", "optim.v"  fp32 flat AdamW moments (optional: absent in export-only files)
+    metadata {"bytemodel": JSON string} with
+             format, version, config (ModelConfig), tokenizer, train (settings and state: step,
+             seed, optimizer step count, loss scale, corpus hash), params_sha256
+
+Writing: bytes go to a temporary file in the same directory, fsync, then os.replace over the old
+file, then the directory is fsynced: a crash or Ctrl-C at any point leaves the previous checkpoint
+intact. Reading never unpickles anything (safetensors holds raw arrays and a JSON header) and
+refuses files that are not ours, are truncated or corrupt, or do not match the model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import CheckpointError, ConfigError, TokenizerError
+from .model import layout, views
+from .tokenizer import Tokenizer
+
+FORMAT = "bytemodel-checkpoint"
+VERSION = 1
+CKPT_NAME = "checkpoint.safetensors"
+
+
+def _sha(flat: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(flat, dtype="<f4").tobytes()).hexdigest()
+
+
+def save(path, cfg: ModelConfig, tokenizer: Tokenizer, params: np.ndarray, train_state: dict | None = None,
+         m: np.ndarray | None = None, v: np.ndarray | None = None) -> Path:
+    """Write a checkpoint atomically. params/m/v are flat host arrays in the model's layout."""
+    from safetensors.numpy import save as st_save
+    path = Path(path)
+    params32 = np.asarray(params, dtype=np.float32)
+    tensors = {name: np.ascontiguousarray(t) for name, t in views(params32, cfg).items()}
+    if m is not None:
+        tensors["optim.m"] = np.asarray(m, dtype=np.float32)
+        tensors["optim.v"] = np.asarray(v, dtype=np.float32)
+    meta = {"format": FORMAT, "version": VERSION, "config": cfg.to_dict(), "tokenizer": tokenizer.to_dict(),
+            "train": train_state or {}, "params_sha256": _sha(params32)}
+    blob = st_save(tensors, metadata={"bytemodel": json.dumps(meta)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+    return path
+
+
+class Loaded:
+    """What a checkpoint holds: config, tokenizer, flat params (+ moments), train state."""
+
+    def __init__(self, cfg, tokenizer, params, train, m=None, v=None, path=None):
+        self.cfg, self.tokenizer, self.params, self.train = cfg, tokenizer, params, train
+        self.m, self.v, self.path = m, v, path
+
+
+def resolve(path) -> Path:
+    """A checkpoint file, or a run directory holding one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CKPT_NAME
+    if not p.exists():
+        raise CheckpointError(f"checkpoint not found: {p}")
+    return p
+
+
+def load(path) -> Loaded:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as st_load
+    p = resolve(path)
+    try:
+        blob = p.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {p}: {e.strerror}") from None
+    try:
+        meta = _read_meta(blob)
+        tensors = st_load(blob)
+    except (SafetensorError, ValueError, KeyError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{p} is not a valid bytemodel checkpoint ({str(e).splitlines()[0][:120]})") from None
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{p} is not a bytemodel checkpoint")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{p} has checkpoint version {meta.get('version')}; this bytemodel reads {VERSION}")
+    try:
+        cfg = ModelConfig.from_dict(meta["config"])
+        tok = Tokenizer.from_dict(meta["tokenizer"])
+    except (ConfigError, TokenizerError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{p} has an invalid model description: {e}") from None
+    if tok.vocab_size > cfg.vocab_size:
+        raise CheckpointError(f"{p}: tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}")
+    from .model import buffer_size
+    flat = np.zeros(buffer_size(cfg), dtype=np.float32)
+    for name, shape, off in layout(cfg):
+        t = tensors.get(name)
+        if t is None or tuple(t.shape) != tuple(shape) or t.dtype != np.float32:
+            got = None if t is None else f"{t.dtype}{tuple(t.shape)}"
+            raise CheckpointError(f"{p}: tensor {name} is {got}, expected float32{tuple(shape)}")
+        flat[off:off + t.size] = t.reshape(-1)
+    if _sha(flat) != meta.get("params_sha256"):
+        raise CheckpointError(f"{p} is corrupt: its weights do not match their checksum")
+    m, v = tensors.get("optim.m"), tensors.get("optim.v")
+    if m is not None and (m.shape != flat.shape or v is None or v.shape != flat.shape):
+        raise CheckpointError(f"{p}: optimizer state does not match the model")
+    return Loaded(cfg, tok, flat, meta.get("train", {}), m, v, p)
+
+
+def _read_meta(blob: bytes) -> dict:
+    if len(blob) < 8:
+        raise ValueError("file too short")
+    n = int.from_bytes(blob[:8], "little")
+    if n <= 0 or 8 + n > len(blob):
+        raise ValueError("bad header length")
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    return json.loads(header["__metadata__"]["bytemodel"])

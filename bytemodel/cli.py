@@ -1,0 +1,242 @@
+"""The `bytemodel` command: a thin layer over the Python API.
+
+User errors (BytemodelError) print as one line on stderr and exit with status 2; a failed check
+exits 1; an interrupted run exits 130 after saving.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import BytemodelError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn user errors into one line and exit status 2; never a traceback."""
+    try:
+        yield
+    except BytemodelError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130)
+    except MemoryError:
+        typer.echo("error: out of memory (try a smaller --batch-size, --context or preset)", err=True)
+        raise typer.Exit(2)
+    except OSError as e:
+        typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def train(
+    source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
+    preset: str = typer.Option("tiny", help="Model size: tiny, small or base."),
+    steps: Optional[int] = typer.Option(None, help="Optimizer steps [default: 1000; on --resume, the run's own]."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Windows per step."),
+    context: int = typer.Option(0, help="Window length in tokens (0: the preset's)."),
+    lr: float = typer.Option(2e-3, help="Peak learning rate (warmup then cosine decay)."),
+    warmup: int = typer.Option(50, help="Warmup steps."),
+    weight_decay: float = typer.Option(0.1, "--weight-decay", help="AdamW decoupled weight decay."),
+    grad_clip: float = typer.Option(1.0, "--grad-clip", help="Global gradient-norm clip (0: off)."),
+    seed: int = typer.Option(0, help="Seed for the initial weights and the batch sampler."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory [default: runs/<source>-N]."),
+    resume: bool = typer.Option(False, help="Continue the run in --out exactly where it stopped."),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+    precision: str = typer.Option("fp32", help="fp32 (CPU), or fp16 / bf16 on cuda."),
+    reader: str = typer.Option("", help="Reader name (default: detected from the file)."),
+    merges: int = typer.Option(0, help="BPE merges to learn from the source (0: plain bytes)."),
+    eval_every: int = typer.Option(100, "--eval-every", help="Steps between validation + checkpoint."),
+    eval_tokens: int = typer.Option(32768, "--eval-tokens", help="Validation tokens scored each time."),
+    val_fraction: float = typer.Option(0.1, "--val-fraction", help="Tail of the data held out."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="Override the preset's width."),
+    n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Override the preset's depth."),
+    n_heads: Optional[int] = typer.Option(None, "--n-heads", help="Override the number of heads."),
+    n_kv_heads: Optional[int] = typer.Option(None, "--n-kv-heads", help="Key/value heads (grouped-query)."),
+    d_ff: Optional[int] = typer.Option(None, "--d-ff", help="Override the SwiGLU width."),
+    rope_theta: Optional[float] = typer.Option(None, "--rope-theta", help="RoPE base."),
+    tie_embeddings: Optional[bool] = typer.Option(None, "--tie-embeddings/--untie-embeddings",
+                                                  help="Share the embedding and LM head."),
+    baseline: bool = typer.Option(True, help="Print zstd -19 / xz -9 bits/byte on the same data at the end."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Train a byte-level model on any file or directory.
+
+    Example: bytemodel train --source genome.fa --steps 1000
+    """
+    from . import train as api_train
+    with user_errors():
+        if not resume and not source:
+            raise ConfigError("give --source PATH (a file or directory), or --resume --out RUN_DIR")
+        overrides = {k: v for k, v in dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                                             n_kv_heads=n_kv_heads, d_ff=d_ff, rope_theta=rope_theta,
+                                             tie_embeddings=tie_embeddings).items() if v is not None}
+        if steps is not None and steps <= 0:
+            raise ConfigError(f"steps must be positive, got {steps}")
+        settings = dict(preset=preset, steps=steps or (0 if resume else 1000), batch_size=batch_size,
+                        context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
+                        seed=seed, device=device, precision=precision, reader=reader, merges=merges,
+                        eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
+                        model=overrides)
+        res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
+        typer.echo(f"step {res.step}: validation {res.val_bpb:.4f} bits/byte; checkpoint {res.checkpoint}")
+        if res.interrupted:
+            raise typer.Exit(130)
+        if baseline and not resume:
+            from .baselines import source_baselines
+            b = source_baselines(source, reader or None)
+            typer.echo(f"same data: zstd -19 {b['zstd19']:.4f} bits/byte, xz -9 {b['xz9']:.4f} bits/byte "
+                       f"(over {b['bytes']:,} bytes); model {res.val_bpb:.4f} on held-out data")
+
+
+def _read_prompt(prompt: str) -> bytes:
+    if prompt.startswith("@"):
+        p = Path(prompt[1:])
+        try:
+            return p.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"cannot read prompt file {p}: {e.strerror}") from None
+    return prompt.encode("utf-8")
+
+
+@app.command()
+def generate(
+    n_bytes: int = typer.Option(4096, "--bytes", "-n", help="How many bytes to produce."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c",
+                                              help="Checkpoint file or run directory [default: latest run]."),
+    prompt: str = typer.Option("", "--prompt", "-p", help="Text to continue, or @FILE for raw bytes."),
+    temperature: float = typer.Option(1.0, "--temperature", "-t", help="0 = greedy."),
+    top_k: int = typer.Option(0, "--top-k", help="Keep the k likeliest ids (0: off)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1: off)."),
+    seed: int = typer.Option(0, help="Sampling seed: same seed, same output."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of stdout."),
+    fmt: str = typer.Option("", "--format", "-f", help="Output format (png, wav, fa, zst, raw; default from --out)."),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+):
+    """Generate bytes from a trained model (KV cache).
+
+    Example: bytemodel generate --bytes 4096 --prompt ">" --out sample.fa
+    """
+    from . import load
+    with user_errors():
+        if n_bytes < 0:
+            raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
+        lm = load(checkpoint, device=device)
+        data_prompt = _read_prompt(prompt)
+        if out is None and not fmt:
+            stream = sys.stdout.buffer
+            lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed,
+                        on_bytes=lambda b: (stream.write(b), stream.flush()))
+            return
+        data = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed)
+        if out is None:
+            raise ConfigError("--format needs --out FILE")
+        _write(data, out, fmt)
+        typer.echo(f"wrote {len(data):,} generated bytes to {out}", err=True)
+
+
+def _write(data: bytes, out: Path, fmt: str) -> None:
+    """Write generated bytes in the output format (through the readers' writers when present)."""
+    try:
+        from .readers import write_output
+    except ImportError:
+        write_output = None
+    if write_output is None:
+        if fmt not in ("", "raw"):
+            raise ConfigError(f"unknown output format {fmt!r}")
+        out.write_bytes(data)
+    else:
+        write_output(data, out, fmt or None)
+
+
+@app.command()
+def score(
+    file: Path = typer.Argument(..., help="File whose bytes to score."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="[default: latest run]"),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+):
+    """Bits per byte of a file under a model (lower = the model predicts it better).
+
+    Example: bytemodel score held_out.fa
+    """
+    from . import load
+    with user_errors():
+        lm = load(checkpoint, device=device)
+        try:
+            data = file.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"cannot read {file}: {e.strerror}") from None
+        r = lm.score(data)
+        typer.echo(f"{file}: {r['bits_per_byte']:.4f} bits/byte ({r['bits']:.0f} bits for {r['bytes']:,} bytes)")
+
+
+@app.command()
+def gradcheck(
+    seed: int = typer.Option(0, help="Seed for weights, batch and the entries checked."),
+    per_tensor: int = typer.Option(12, "--per-tensor", help="Entries checked per parameter tensor."),
+    tie_embeddings: bool = typer.Option(False, "--tie-embeddings", help="Check the tied-embedding model."),
+):
+    """Check every parameter tensor's gradient against finite differences (float64).
+
+    Prints max relative error per tensor; exits 1 if any is above the bound.
+    Example: bytemodel gradcheck --per-tensor 20
+    """
+    from .gradcheck import BOUND, check_model, tiny_config
+    with user_errors():
+        if per_tensor <= 0:
+            raise ConfigError(f"per-tensor must be positive, got {per_tensor}")
+        rows = check_model(tiny_config(tie_embeddings=tie_embeddings), per_tensor=per_tensor, seed=seed)
+        w = max(len(r.name) for r in rows)
+        typer.echo(f"{'tensor':<{w}}  checked  max rel error  (bound {BOUND:.0e})")
+        for r in rows:
+            typer.echo(f"{r.name:<{w}}  {r.checked:>7}  {r.max_rel_error:>13.2e}  {'ok' if r.ok else 'FAIL'}")
+        bad = [r for r in rows if not r.ok]
+        if bad:
+            typer.echo(f"{len(bad)} tensor(s) above the bound", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"all {len(rows)} tensors within {BOUND:.0e}")
+
+
+@app.command()
+def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory [default: latest].")):
+    """Describe a checkpoint: model, tokenizer, training state."""
+    from . import checkpoint as ck, latest_run
+    from .model import n_params
+    with user_errors():
+        ld = ck.load(checkpoint or latest_run())
+        c, t = ld.cfg, ld.train
+        typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "
+                   f"ffn {c.d_ff}, context {c.context}, vocab {c.vocab_size}, {n_params(c):,} parameters")
+        typer.echo(f"tokenizer: {ld.tokenizer.to_dict()['type']}, {ld.tokenizer.n_merges} merges")
+        if t:
+            typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')}, "
+                       f"validation {t.get('val_bpb')} bits/byte")
+
+
+def _register_extensions() -> None:
+    """Sub-commands that live beside their own modules (readers, data, tokenizer)."""
+    import importlib
+    import importlib.util
+    for mod in ("cli_readers", "cli_tokenizer"):
+        if importlib.util.find_spec(f"{__package__}.{mod}") is not None:
+            importlib.import_module(f"{__package__}.{mod}").register(app)
+
+
+_register_extensions()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

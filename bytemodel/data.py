@@ -1,0 +1,116 @@
+"""Corpus building and the batch sampler.
+
+A corpus is one token file (uint16, little-endian) in the run directory:
+    doc_1 <doc> doc_2 <doc> ... doc_n <doc>
+The last `val_fraction` of it is held out for validation (a contiguous tail, so validation text
+is never seen in training). The file is memory-mapped, so corpora larger than RAM work.
+
+The sampler is a pure function of (seed, step): a resumed run sees exactly the batches an
+uninterrupted one would, with no sampler state to save.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SourceError
+from .tokenizer import Tokenizer
+
+TOKENS_FILE = "tokens.u16"
+CORPUS_FILE = "corpus.json"
+
+
+@dataclass
+class Corpus:
+    tokens: np.ndarray   # (n,) uint16 memmap: the whole stream
+    split: int           # tokens[:split] train, tokens[split:] validation
+    n_bytes: int         # source bytes in the stream (separators excluded)
+    n_docs: int
+    sha256: str          # of the token file, to check a resumed run reads the same data
+
+    @property
+    def train(self) -> np.ndarray:
+        return self.tokens[:self.split]
+
+    @property
+    def val(self) -> np.ndarray:
+        return self.tokens[self.split:]
+
+
+def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
+                 val_fraction: float = 0.1, context: int = 256) -> Corpus:
+    """Encode byte documents into run_dir/tokens.u16 (streamed: one document in memory at a time)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / TOKENS_FILE
+    tmp = path.with_suffix(".tmp")
+    h = hashlib.sha256()
+    n_tok = n_bytes = n_docs = 0
+    sep = np.array([tokenizer.doc_id], dtype="<u2").tobytes()
+    try:
+        with open(tmp, "wb") as f:
+            for doc in documents:
+                if not doc:
+                    continue
+                ids = tokenizer.encode(doc).astype("<u2", copy=False).tobytes() + sep
+                f.write(ids)
+                h.update(ids)
+                n_tok += len(ids) // 2
+                n_bytes += len(doc)
+                n_docs += 1
+        if n_bytes == 0:
+            raise SourceError("the source holds no data (empty file or files)")
+        need = 2 * (context + 1)
+        n_val = max(int(n_tok * val_fraction), context + 1)
+        if n_tok < need or n_tok - n_val < context + 1:
+            raise SourceError(f"too little data: {n_bytes} bytes give {n_tok} tokens, but one training and one "
+                              f"validation window of context {context} need at least {max(need, n_val + context + 1)}"
+                              f" (try a smaller --context)")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    info = dict(n_tokens=n_tok, split=n_tok - n_val, n_bytes=n_bytes, n_docs=n_docs, sha256=h.hexdigest())
+    (run_dir / CORPUS_FILE).write_text(json.dumps(info))
+    return open_corpus(run_dir)
+
+
+def open_corpus(run_dir: str | os.PathLike) -> Corpus:
+    run_dir = Path(run_dir)
+    try:
+        info = json.loads((run_dir / CORPUS_FILE).read_text())
+        tokens = np.memmap(run_dir / TOKENS_FILE, dtype="<u2", mode="r")
+    except (OSError, ValueError) as e:
+        raise SourceError(f"cannot open the corpus in {run_dir}: {e}") from None
+    if len(tokens) != info["n_tokens"]:
+        raise SourceError(f"corpus in {run_dir} is damaged (length {len(tokens)}, expected {info['n_tokens']})")
+    return Corpus(tokens, info["split"], info["n_bytes"], info["n_docs"], info["sha256"])
+
+
+def sample_batch(tokens: np.ndarray, batch: int, context: int, seed: int, step: int):
+    """Random windows: x, y (B, T) int64 with y the next token of x. Pure in (seed, step)."""
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(tokens) - context, size=batch)
+    w = np.stack([np.asarray(tokens[s:s + context + 1]) for s in starts]).astype(np.int64)
+    return w[:, :-1], w[:, 1:]
+
+
+def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
+    """Non-overlapping windows over (at most max_tokens of) the stream, evenly spread.
+
+    Yields (x, y) of shape (1, t) with t <= context; every target is scored exactly once.
+    """
+    n = len(tokens) - 1
+    n_win = (n + context - 1) // context
+    keep = max(1, min(n_win, max_tokens // context))
+    picks = np.linspace(0, n_win - 1, keep).round().astype(int) if keep < n_win else range(n_win)
+    for w in picks:
+        s = int(w) * context
+        e = min(n, s + context)
+        chunk = np.asarray(tokens[s:e + 1]).astype(np.int64)
+        yield chunk[None, :-1], chunk[None, 1:]

@@ -1,0 +1,332 @@
+"""The training loop: corpus -> batches -> forward/backward -> AdamW -> checkpoints and metrics.
+
+Exact resume: the sampler is a pure function of (seed, step) and the checkpoint holds the weights,
+both AdamW moments, the optimizer's step count and the loss scale, so k steps + resume to n gives
+the same weights, bit for bit, as n steps straight (on the same machine and backend).
+
+Ctrl-C: the first press asks the loop to stop after the current step, save and exit; a second
+press interrupts at once (the last saved checkpoint is still intact: saves are atomic).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import checkpoint as ckpt
+from .config import ModelConfig, preset as make_preset, PRESETS
+from .data import Corpus, build_corpus, open_corpus, sample_batch, eval_windows
+from .errors import BytemodelError, ConfigError, CheckpointError, SourceError
+from .model import Model
+from .ops import get_backend, resolve_device
+from .optim import AdamW, LossScaler, global_norm, lr_at
+from .tokenizer import Tokenizer
+
+LN2 = math.log(2)
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """Every training setting; stored in the checkpoint. Defaults are for the tiny preset on a CPU."""
+    source: str = ""
+    out_dir: str = ""
+    preset: str = "tiny"
+    steps: int = 1000          # optimizer steps
+    batch_size: int = 16       # windows per step
+    context: int = 0           # 0: the preset's context
+    lr: float = 2e-3           # peak learning rate; small models tolerate a high one
+    min_lr_ratio: float = 0.1  # cosine decays to lr * this
+    warmup: int = 50           # linear warmup steps
+    weight_decay: float = 0.1  # AdamW decoupled decay on matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0     # global-norm clip; 0 disables
+    seed: int = 0              # init and sampler seed
+    eval_every: int = 100      # steps between validations (and checkpoints)
+    eval_tokens: int = 32768   # validation tokens scored each time (spread over the held-out tail)
+    val_fraction: float = 0.1  # tail of the corpus held out
+    device: str = "cpu"
+    precision: str = "fp32"
+    reader: str = ""           # "" = detect from the file
+    merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
+    model: dict = field(default_factory=dict)  # ModelConfig overrides
+
+    def validate(self) -> None:
+        pos = ("steps", "batch_size", "eval_every", "eval_tokens")
+        for f in pos:
+            if getattr(self, f) <= 0:
+                raise ConfigError(f"{f.replace('_', '-')} must be positive, got {getattr(self, f)}")
+        if self.context < 0:
+            raise ConfigError(f"context must be positive, got {self.context}")
+        if self.merges < 0:
+            raise ConfigError(f"merges must be >= 0, got {self.merges}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a positive number, got {self.lr}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"val-fraction must be between 0 and 1, got {self.val_fraction}")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:
+            raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    checkpoint: Path
+    step: int
+    val_bpb: float | None
+    train_loss: float | None
+    interrupted: bool = False
+    history: list = field(default_factory=list)
+
+
+def evaluate(model: Model, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+             batch: int = 16) -> tuple[float, float]:
+    """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`."""
+    ops = model.ops
+    nll = 0.0
+    n_tok = 0
+    n_bytes = 0
+    full_x, full_y = [], []
+
+    def run(xs, ys):
+        nonlocal nll, n_tok, n_bytes
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        losses = ops.to_numpy(model.forward(ops.asarray(x), ops.asarray(y))).astype(np.float64)
+        model._acts = None
+        nll += losses.sum()
+        n_tok += losses.size
+        n_bytes += int(tokenizer.token_lengths[y.reshape(-1)].sum())
+
+    for x, y in eval_windows(tokens, context, max_tokens):
+        if x.shape[1] == context:
+            full_x.append(x)
+            full_y.append(y)
+            if len(full_x) == batch:
+                run(full_x, full_y)
+                full_x, full_y = [], []
+        else:
+            run([x], [y])
+    if full_x:
+        run(full_x, full_y)
+    return nll / LN2 / max(n_bytes, 1), nll / max(n_tok, 1)
+
+
+def _next_run_dir(source: str, root: Path = Path("runs")) -> Path:
+    stem = Path(source.rstrip("/")).name.split(".")[0] or "run"
+    for i in range(1, 10000):
+        d = root / f"{stem}-{i}"
+        if not d.exists():
+            return d
+    raise ConfigError(f"too many runs named {stem}-N under {root}")
+
+
+class _StopFlag:
+    """First SIGINT sets the flag (stop after this step); a second raises KeyboardInterrupt."""
+
+    def __init__(self):
+        self.set = False
+        self._old = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
+    if tc.merges == 0:
+        return Tokenizer()
+    try:
+        from .bpe import train_bpe
+    except ImportError:
+        raise ConfigError("BPE merges are not available in this build") from None
+    return Tokenizer(train_bpe(documents_fn(), tc.merges))
+
+
+def prepare(tc: TrainConfig, resume: bool = False):
+    """Set up (or reopen) a run: directory, tokenizer, corpus, model config, loaded checkpoint."""
+    from .readers import read_documents
+    if not resume:
+        tc.validate()
+    run_dir = Path(tc.out_dir) if tc.out_dir else None
+    loaded = None
+    if resume:
+        if run_dir is None:
+            raise ConfigError("--resume needs the run directory (--out DIR)")
+        loaded = ckpt.load(run_dir)
+        stored = dict(loaded.train.get("config", {}))
+        if not stored:
+            raise CheckpointError(f"{loaded.path} holds no training state to resume from")
+        # settings that define the run come from the checkpoint; steps may be extended
+        tc = TrainConfig(**{**stored, "steps": tc.steps or stored["steps"], "out_dir": str(run_dir),
+                            "device": tc.device, "precision": tc.precision})
+        tc.validate()
+        tok = loaded.tokenizer
+        corpus = open_corpus(run_dir)
+        if corpus.sha256 != loaded.train.get("corpus_sha256"):
+            raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on")
+        cfg = loaded.cfg
+        if tc.steps <= loaded.train.get("step", 0):
+            raise ConfigError(f"the run is already at step {loaded.train.get('step')}; "
+                              f"give --steps larger than that to continue")
+        return tc, run_dir, tok, corpus, cfg, loaded
+    if not tc.source:
+        raise SourceError("no source given (--source PATH)")
+    if run_dir is None:
+        run_dir = _next_run_dir(tc.source)
+        tc.out_dir = str(run_dir)
+    if (run_dir / ckpt.CKPT_NAME).exists():
+        raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
+    ctx = tc.context or PRESETS[tc.preset]["context"]
+    docs = lambda: read_documents(tc.source, tc.reader or None)  # noqa: E731
+    tok = _make_tokenizer(tc, docs)
+    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx})
+    corpus = build_corpus(docs(), tok, run_dir, tc.val_fraction, cfg.context)
+    return tc, run_dir, tok, corpus, cfg, None
+
+
+def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=print,
+          stop_at: int | None = None) -> TrainResult:
+    """Train (or resume) a run as `tc` describes. Returns where it ended.
+
+    stop_at: behave as if Ctrl-C came during that step (save and stop), for tests and scripts.
+    """
+    tc, run_dir, tok, corpus, cfg, loaded = prepare(tc, resume)
+    device = resolve_device(tc.device)
+    ops = get_backend(device, tc.precision)
+    model = Model(cfg, ops)
+    opt = AdamW(model, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+    scaler = LossScaler(enabled=(tc.precision == "fp16"))
+    step = 0
+    if loaded is not None:
+        model.load_flat(loaded.params)
+        if loaded.m is None:
+            raise CheckpointError(f"{loaded.path} has no optimizer state; it cannot be resumed")
+        opt.load_state(loaded.train["optim"], loaded.m, loaded.v)
+        scaler.load_state(loaded.train.get("scaler", {"scale": scaler.scale, "good": 0}))
+        step = int(loaded.train["step"])
+    else:
+        model.init_weights(tc.seed)
+
+    T = cfg.context
+    bytes_per_token = corpus.n_bytes / len(corpus.tokens)
+    metrics_path = run_dir / METRICS_FILE
+    history = []
+    last_val = loaded.train.get("val_bpb") if loaded else None
+    last_loss = None
+
+    def save():
+        state = {"config": dataclasses.asdict(tc), "step": step, "optim": opt.state(),
+                 "scaler": scaler.state(), "corpus_sha256": corpus.sha256, "val_bpb": last_val,
+                 "n_bytes": corpus.n_bytes}
+        return ckpt.save(run_dir / ckpt.CKPT_NAME, cfg, tok, ops.to_numpy(model.params), state,
+                         ops.to_numpy(opt.m), ops.to_numpy(opt.v))
+
+    def record(d):
+        history.append(d)
+        with open(metrics_path, "a") as f:
+            f.write(json.dumps(d) + "\n")
+
+    if loaded is None:
+        log(f"run {run_dir}: {corpus.n_bytes:,} bytes in {corpus.n_docs} document(s), "
+            f"{len(corpus.train):,} train / {len(corpus.val):,} val tokens; model {tc.preset} "
+            f"({cfg.d_model}x{cfg.n_layers}, context {T}), {device} {tc.precision}")
+    else:
+        log(f"resuming {run_dir} at step {step} of {tc.steps}")
+
+    bar = _Progress(progress, tc.steps, step)
+    interrupted = False
+    t_last, tok_since = time.perf_counter(), 0
+    with _StopFlag() as stop, bar:
+        while step < tc.steps:
+            x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, step)
+            model.grads[...] = 0
+            losses = model.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scaler.scale)
+            loss = float(losses.mean())
+            norm = global_norm(ops, model.grads) / scaler.scale
+            finite = math.isfinite(norm) and math.isfinite(loss)
+            if scaler.update(finite):
+                clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
+                lr = lr_at(step, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
+                opt.step(lr, grad_scale=clip / scaler.scale)
+            elif not scaler.enabled:
+                raise BytemodelError(f"training diverged at step {step} (loss {loss}); try a lower --lr")
+            step += 1
+            last_loss = loss
+            if stop_at is not None and step >= stop_at:
+                stop.set = True
+            tok_since += x.size
+            now = time.perf_counter()
+            tps = tok_since / max(now - t_last, 1e-9)
+            rec = {"step": step, "loss": loss, "bpb": loss / LN2 / bytes_per_token, "grad_norm": norm,
+                   "lr": lr_at(step - 1, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio),
+                   "tokens_per_s": tps, "bytes_per_s": tps * bytes_per_token, "time": time.time()}
+            if step % tc.eval_every == 0 or step == tc.steps or stop.set:
+                last_val, _ = evaluate(model, corpus.val, tok, T, tc.eval_tokens)
+                rec["val_bpb"] = last_val
+                save()
+                bar.note(f"step {step}: train {rec['bpb']:.3f} bits/byte, val {last_val:.3f} bits/byte")
+                t_last, tok_since = time.perf_counter(), 0
+            record(rec)
+            bar.update(step, rec, last_val)
+            if stop.set:
+                interrupted = True
+                break
+    if interrupted:
+        log(f"interrupted: saved step {step} to {run_dir / ckpt.CKPT_NAME}; resume with --resume --out {run_dir}")
+    return TrainResult(run_dir, run_dir / ckpt.CKPT_NAME, step, last_val, last_loss, interrupted, history)
+
+
+class _Progress:
+    """A rich progress bar on stderr: step, loss, bits/byte, bytes/s, ETA. Silent when disabled."""
+
+    def __init__(self, enabled: bool, total: int, start: int):
+        self.enabled = enabled
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        self.p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("eta"),
+                          TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+        self.task = self.p.add_task("train", total=total, completed=start, info="")
+
+    def __enter__(self):
+        if self.enabled:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *a):
+        if self.enabled:
+            self.p.__exit__(*a)
+
+    def update(self, step, rec, val):
+        if self.enabled:
+            v = f" val {val:.3f}" if val is not None else ""
+            info = (f"loss {rec['loss']:.3f} | {rec['bpb']:.3f} bits/byte{v} | "
+                    f"{rec['bytes_per_s'] / 1e3:.1f} kB/s")
+            self.p.update(self.task, completed=step, info=info)
+
+    def note(self, text):
+        if self.enabled:
+            self.p.console.print(text)
