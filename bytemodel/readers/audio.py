@@ -1,0 +1,155 @@
+"""audio: WAV/FLAC/OGG/AIFF/AU/MP3 (anything libsndfile decodes, via soundfile) <-> mono PCM bytes.
+
+Document: one per file (or one per ``clip`` seconds): mono samples at ``rate`` Hz, no header:
+- ``encoding=mulaw`` (default): 1 byte per sample, G.711 mu-law (8-bit, 14-bit dynamic range;
+  the classic choice for byte-level audio models, e.g. WaveNet).
+- ``encoding=pcm16``: 2 bytes per sample, signed 16-bit little-endian.
+
+Decoding: the file is read as 16-bit integers, channels are averaged to mono, and the signal is
+resampled to ``rate`` (default 8000 Hz, telephone speech) simply: a Hann-windowed sinc low-pass
+when lowering the rate, then linear interpolation.
+
+Options: ``rate=N`` (Hz, 1000..192000), ``encoding=mulaw|pcm16``, ``clip=SECONDS`` (cut each file
+into documents of that length; the last one may be shorter).
+
+``write`` turns any byte string into a playable 16-bit PCM mono WAV at ``rate`` (FLAC when the
+path ends in .flac); with pcm16 an odd trailing byte is dropped. Mu-law decode then encode gives
+back the same bytes, so read -> write -> read is exact.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import SourceError
+from .base import Reader, choice, need, write_atomic
+
+DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
+
+# ---- G.711 mu-law -----------------------------------------------------------------------------
+_BIAS, _CLIP = 0x84, 32635
+_EXP_LUT = np.array([0, 0] + [1] * 2 + [2] * 4 + [3] * 8 + [4] * 16 + [5] * 32 + [6] * 64 + [7] * 128,
+                    dtype=np.int32)  # exponent of (magnitude + bias) >> 7, for 0..255
+
+
+def mulaw_encode(x: np.ndarray) -> np.ndarray:
+    """int16 samples (N,) -> mu-law codes uint8 (N,), the G.711 bit layout (inverted)."""
+    x = x.astype(np.int32)
+    sign = np.where(x < 0, 0x80, 0)
+    mag = np.minimum(np.abs(x), _CLIP) + _BIAS
+    exp = _EXP_LUT[(mag >> 7) & 0xFF]
+    mant = (mag >> (exp + 3)) & 0x0F
+    return (~(sign | (exp << 4) | mant) & 0xFF).astype(np.uint8)
+
+
+def _decode_table() -> np.ndarray:
+    u = ~np.arange(256, dtype=np.int32) & 0xFF
+    exp, mant = (u >> 4) & 7, u & 0x0F
+    mag = (((mant << 3) + _BIAS) << exp) - _BIAS
+    t = np.where(u & 0x80, -mag, mag)
+    t[0x7F] = -1  # "negative zero": -1 encodes back to 0x7F, so decode->encode is the identity
+    return t.astype(np.int16)
+
+
+_DECODE = _decode_table()
+
+
+def mulaw_decode(codes: np.ndarray) -> np.ndarray:
+    """mu-law codes uint8 (N,) -> int16 samples (N,)."""
+    return _DECODE[codes.astype(np.uint8)]
+
+
+# ---- resampling ---------------------------------------------------------------------------------
+def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """float64 samples (N,) at src Hz -> (round(N*dst/src),) at dst Hz; low-pass when lowering."""
+    if src == dst or len(x) == 0:
+        return x
+    if dst < src:
+        fc = 0.45 * dst / src                 # cutoff in cycles/sample, a little under Nyquist
+        half = min(512, int(np.ceil(4 / fc)))  # ~8 lobes of the sinc each side
+        n = np.arange(-half, half + 1)
+        h = 2 * fc * np.sinc(2 * fc * n) * np.hanning(2 * half + 1)
+        x = np.convolve(x, h / h.sum(), mode="same")
+    n_out = int(round(len(x) * dst / src))
+    return np.interp(np.arange(n_out) * (src / dst), np.arange(len(x)), x)
+
+
+def _rate(s) -> int:
+    v = int(s)
+    if not 1000 <= v <= 192000:
+        raise ValueError(f"rate must be 1000..192000 Hz, got {v}")
+    return v
+
+
+def _clip(s) -> float:
+    v = float(s)
+    if not v > 0:
+        raise ValueError(f"clip must be a positive number of seconds, got {s}")
+    return v
+
+
+class AudioReader(Reader):
+    name = "audio"
+    extensions = (".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".aif", ".aiff", ".aifc", ".au",
+                  ".snd", ".mp3", ".w64", ".caf")
+    magic = (b"fLaC", b"OggS", b".snd", b"ID3")
+    description = "audio via soundfile: mono 8-bit mu-law (or 16-bit PCM) at 8 kHz; writes WAV"
+    OPTIONS = {"rate": _rate, "encoding": choice("mulaw", "pcm16"), "clip": _clip}
+
+    def sniff(self, head: bytes) -> bool:
+        return (super().sniff(head) or (head[:4] == b"RIFF" and head[8:12] == b"WAVE")
+                or (head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC")))
+
+    @property
+    def rate(self) -> int:
+        return self.options.get("rate", DEFAULT_RATE)
+
+    @property
+    def encoding(self) -> str:
+        return self.options.get("encoding", "mulaw")
+
+    def decode_samples(self, path: str | os.PathLike) -> np.ndarray:
+        """A file -> int16 mono samples (N,) at self.rate."""
+        sf = need("soundfile", "soundfile", self.name)
+        p = Path(path)
+        if not p.is_file():
+            raise SourceError(f"source not found: {p}" if not p.exists() else f"not a file: {p}")
+        try:
+            data, src_rate = sf.read(str(p), dtype="int16", always_2d=True)  # (N, channels)
+        except (RuntimeError, TypeError, ValueError, EOFError, OSError) as e:
+            msg = str(e).split("\n")[0] or type(e).__name__
+            raise SourceError(f"cannot decode audio {p}: {msg}") from None
+        if data.shape[0] == 0:
+            raise SourceError(f"cannot decode audio {p}: it has no samples")
+        mono = data.astype(np.float64).mean(axis=1) if data.shape[1] > 1 else data[:, 0].astype(np.float64)
+        mono = resample(mono, int(src_rate), self.rate)
+        return np.clip(np.rint(mono), -32768, 32767).astype(np.int16)
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        """int16 samples (N,) -> document bytes in this reader's encoding."""
+        if self.encoding == "mulaw":
+            return mulaw_encode(samples).tobytes()
+        return samples.astype("<i2").tobytes()
+
+    def decode(self, data: bytes) -> np.ndarray:
+        """Document bytes -> int16 samples (N,) (pcm16: an odd trailing byte is dropped)."""
+        if self.encoding == "mulaw":
+            return mulaw_decode(np.frombuffer(bytes(data), dtype=np.uint8))
+        data = bytes(data)
+        return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.int16)
+
+    def read(self, path: str | os.PathLike) -> Iterator[bytes]:
+        samples = self.decode_samples(path)
+        clip = self.options.get("clip")
+        step = max(1, int(round(clip * self.rate))) if clip else len(samples)
+        for i in range(0, len(samples), step):
+            yield self.encode(samples[i:i + step])
+
+    def write(self, data: bytes, path: str | os.PathLike) -> Path:
+        sf = need("soundfile", "soundfile", self.name)
+        samples = self.decode(data)
+        fmt = "FLAC" if Path(path).suffix.lower() == ".flac" else "WAV"
+        return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"))
