@@ -29,12 +29,14 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
 
     Returns a TrainResult (run_dir, checkpoint, step, val_bpb, train_loss, interrupted, history).
     """
-    from .train import TrainConfig, train as _train
+    from .training import TrainConfig, train as _train
     import dataclasses
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     bad = set(settings) - known
     if bad:
         raise ConfigError(f"unknown training setting(s): {', '.join(sorted(bad))}")
+    if resume:
+        settings.setdefault("steps", 0)  # 0: the run's own step count
     tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "", **settings)
     return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at)
 

@@ -1,0 +1,54 @@
+// Shared definitions for the bytemodel CUDA kernels (compiled at run time by NVRTC via CuPy).
+//
+// The activation type `act_t` is chosen per compiled module by a macro:
+//   ACT_F16 (default) -> __half,  ACT_BF16 -> __nv_bfloat16,  ACT_F32 -> float.
+// Everything accumulates in float. No host headers: NVRTC-friendly.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef unsigned int u32;
+typedef long long i64;
+
+#if defined(ACT_BF16)
+typedef __nv_bfloat16 act_t;
+typedef __nv_bfloat162 act2_t;
+#define MMA_T "bf16"
+__device__ __forceinline__ float to_f(act_t x) { return __bfloat162float(x); }
+__device__ __forceinline__ act_t from_f(float x) { return __float2bfloat16(x); }
+__device__ __forceinline__ act2_t from_f2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ float2 to_f2(act2_t x) { return __bfloat1622float2(x); }
+#define HAS_MMA 1
+#elif defined(ACT_F32)
+typedef float act_t;
+typedef float2 act2_t;
+__device__ __forceinline__ float to_f(act_t x) { return x; }
+__device__ __forceinline__ act_t from_f(float x) { return x; }
+__device__ __forceinline__ act2_t from_f2(float a, float b) { return make_float2(a, b); }
+__device__ __forceinline__ float2 to_f2(act2_t x) { return x; }
+#define HAS_MMA 0
+#else
+typedef __half act_t;
+typedef __half2 act2_t;
+#define MMA_T "f16"
+__device__ __forceinline__ float to_f(act_t x) { return __half2float(x); }
+__device__ __forceinline__ act_t from_f(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ act2_t from_f2(float a, float b) { return __floats2half2_rn(a, b); }
+__device__ __forceinline__ float2 to_f2(act2_t x) { return __half22float2(x); }
+#define HAS_MMA 1
+#endif
+
+// 8 activations in one 16-byte (fp16/bf16) or two 16-byte (fp32) accesses
+struct __align__(16) vec8 { act_t v[8]; };
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}

@@ -1,0 +1,462 @@
+// FlashAttention-2, forward and backward, on tensor cores (mma.sync m16n8k16, FP16 or BF16 in,
+// FP32 accumulate), causal, grouped-query, head dims 64 and 128, any T and S >= T.
+//
+// Layout: q (B, H, T, D), k/v (B, K, S, D), each given by (batch, head, row) strides in elements
+// with the last dim contiguous, so strided views (a KV-cache slice, a (B, T, H, D) buffer seen as
+// (B, H, T, D)) are used without copies. Query t sits at absolute position S - T + t and sees keys
+// 0 .. S - T + t. Query head h uses key/value head h / (H / K).
+//
+// Forward: one CTA = BM = 16 * NW query rows of one (b, h), each warp 16 rows; loops over key
+// tiles of BN = 64 with online softmax (base-2 exponentials, scale folded in), K/V tiles double
+// buffered through cp.async; fully masked key tiles are never visited. Saves LSE (natural log).
+// The score accumulator is reused in registers as the A operand of P @ V (FA2's layout trick).
+//
+// Backward: one CTA = BN = 64 keys of one (b, kv-head), each warp 16 keys; loops over all query
+// heads of the group and the query tiles (BM rows) at or after the diagonal, Q/dO/lse/delta double
+// buffered. dK, dV accumulate in registers (no atomics); dQ accumulates in an fp32 buffer through
+// atomics (red.global.add), then flash_dq_convert scales and casts it.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4;
+//   A (16x16): a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+//   B (16x8):  b0 (k 2t..2t+1, n g) b1 (k 2t+8.., n g)
+//   C (16x8):  c0,c1 (g, 2t..2t+1) c2,c3 (g+8, 2t..2t+1)
+#include "common.cuh"
+
+#if HAS_MMA
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm_x4(u32* r, const act_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(u32* r, const act_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void cp_async16(act_t* s, const act_t* g, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+__device__ __forceinline__ u32 pack2(float a, float b) {
+    act2_t h = from_f2(a, b);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into smem (row stride SD);
+// rows >= nrows are zero-filled.
+template <int R, int D, int NT>
+__device__ __forceinline__ void load_tile(act_t* s, const act_t* g, i64 rs, int r0, int nrows) {
+    constexpr int SD = D + 8, CPR = D / 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < R * CPR; i += NT) {
+        int r = i / CPR, c = (i % CPR) * 8;
+        bool ok = r0 + r < nrows;
+        const act_t* src = g + (ok ? (i64)(r0 + r) * rs + c : 0);
+        cp_async16(s + r * SD + c, src, ok);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+template <int D, int NW>
+__device__ __forceinline__ void flash_fwd(
+    const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
+    act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
+    i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
+    i64 osb, i64 osh, i64 ost, float scale_log2) {
+    constexpr int BM = 16 * NW, BN = 64, SD = D + 8, NT = 32 * NW;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    act_t* sQ = reinterpret_cast<act_t*>(smem_raw);
+    act_t* sK = sQ + BM * SD;          // [2][BN][SD]
+    act_t* sV = sK + 2 * BN * SD;      // [2][BN][SD]
+
+    const int mt = gridDim.x - 1 - blockIdx.x;    // heaviest (last) query tiles first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KH);
+    const int m0 = mt * BM, offset = S - T;
+    const act_t* q = Q + b * qsb + h * qsh;
+    const act_t* k = Kg + b * ksb + kh * ksh;
+    const act_t* v = Vg + b * vsb + kh * vsh;
+    const int kend = min(S, m0 + BM + offset);       // keys beyond are masked for every row
+    const int ntiles = (kend + BN - 1) / BN;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+    load_tile<BM, D, NT>(sQ, q, qst, m0, T);
+    load_tile<BN, D, NT>(sK, k, kst, 0, S);
+    load_tile<BN, D, NT>(sV, v, vst, 0, S);
+    cp_commit();
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    u32 qf[D / 16][4];
+    const int row0 = m0 + warp * 16 + g;        // this thread's rows: row0 and row0 + 8
+
+    for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        if (j + 1 < ntiles) {
+            load_tile<BN, D, NT>(sK + (st ^ 1) * BN * SD, k, kst, (j + 1) * BN, S);
+            load_tile<BN, D, NT>(sV + (st ^ 1) * BN * SD, v, vst, (j + 1) * BN, S);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                ldsm_x4(qf[kk], sQ + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD
+                                    + kk * 16 + (lane / 16) * 8);
+        }
+        const act_t* cK = sK + st * BN * SD;
+        const act_t* cV = sV + st * BN * SD;
+        float s[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int nn = 0; nn < BN / 16; nn++) {
+                u32 bf[4];
+                ldsm_x4(bf, cK + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD
+                                + kk * 16 + ((lane / 8) % 2) * 8);
+                mma16816(s[2 * nn], qf[kk], bf[0], bf[1]);
+                mma16816(s[2 * nn + 1], qf[kk], bf[2], bf[3]);
+            }
+        }
+        const int n0 = j * BN;
+        if (n0 + BN > S || n0 + BN - 1 > m0 + offset) {   // tile touches the diagonal or the end
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int c = n0 + nt * 8 + 2 * t + (e & 1);
+                    int r = row0 + (e >> 1) * 8;
+                    if (c >= S || c > r + offset) s[nt][e] = -INFINITY;
+                }
+        }
+        // online softmax, two rows per thread (row0: e = 0,1; row0 + 8: e = 2,3)
+#pragma unroll
+        for (int rh = 0; rh < 2; rh++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+                mx = fmaxf(mx, fmaxf(s[nt][2 * rh], s[nt][2 * rh + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[rh], mx * scale_log2);
+            float muse = mnew == -INFINITY ? 0.f : mnew;
+            float alpha = exp2f(mrow[rh] - muse);
+            mrow[rh] = mnew;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                float p0 = exp2f(s[nt][2 * rh] * scale_log2 - muse);
+                float p1 = exp2f(s[nt][2 * rh + 1] * scale_log2 - muse);
+                s[nt][2 * rh] = p0; s[nt][2 * rh + 1] = p1;
+                sum += p0 + p1;
+            }
+            lrow[rh] = lrow[rh] * alpha + sum;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) { o[dn][2 * rh] *= alpha; o[dn][2 * rh + 1] *= alpha; }
+        }
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            u32 pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
+                         pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                         pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                u32 bf[4];
+                ldsm_x4_t(bf, cV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD
+                                 + dn * 16 + (lane / 16) * 8);
+                mma16816(o[2 * dn], pa, bf[0], bf[1]);
+                mma16816(o[2 * dn + 1], pa, bf[2], bf[3]);
+            }
+        }
+        __syncthreads();
+    }
+    // finish: divide by the row sums, write O and LSE
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        float l = lrow[rh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int r = row0 + rh * 8;
+        float inv = 1.f / l;
+        if (r < T) {
+            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++)
+                *reinterpret_cast<act2_t*>(orow + dn * 8 + 2 * t) =
+                    from_f2(o[dn][2 * rh] * inv, o[dn][2 * rh + 1] * inv);
+            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// delta[b, h, t] = sum_d dO * O (fp32), and zero the fp32 dQ accumulator row. One warp per row.
+extern "C" __global__ void flash_bwd_pre(
+    const act_t* __restrict__ dO, const act_t* __restrict__ O, float* __restrict__ delta,
+    float* __restrict__ dq_acc, int H, int T, int D,
+    i64 dsb, i64 dsh, i64 dst, i64 osb, i64 osh, i64 ost, long long rows) {
+    i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T; i64 bh = row / T; int h = bh % H; i64 b = bh / H;
+    const act_t* d = dO + b * dsb + h * dsh + t * dst;
+    const act_t* o = O + b * osb + h * osh + t * ost;
+    float acc = 0.f;
+    for (int c = lane * 2; c < D; c += 64) {
+        float2 x = to_f2(*reinterpret_cast<const act2_t*>(d + c));
+        float2 y = to_f2(*reinterpret_cast<const act2_t*>(o + c));
+        acc += x.x * y.x + x.y * y.y;
+        *reinterpret_cast<float2*>(dq_acc + row * D + c) = make_float2(0.f, 0.f);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) delta[row] = acc;
+}
+
+// dq = dq_acc * scale, cast. n = B*H*T*D (multiple of 2)
+extern "C" __global__ void flash_dq_convert(const float* __restrict__ acc, act_t* __restrict__ dq,
+                                            float scale, long long n2) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (i64)gridDim.x * blockDim.x) {
+        float2 a = reinterpret_cast<const float2*>(acc)[i];
+        reinterpret_cast<act2_t*>(dq)[i] = from_f2(a.x * scale, a.y * scale);
+    }
+}
+
+template <int D, int BM, int NW>
+__device__ __forceinline__ void flash_bwd(
+    const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
+    const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
+    float* __restrict__ dQacc, act_t* __restrict__ dK, act_t* __restrict__ dV,
+    int H, int KH, int T, int S,
+    i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
+    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2) {
+    constexpr int BN = 16 * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
+    constexpr int RG = BM / 16, CG = NW / RG, DC = D / CG;   // dQ: row groups x column groups
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    act_t* sK = reinterpret_cast<act_t*>(smem_raw);   // [BN][SD]
+    act_t* sV = sK + BN * SD;                          // [BN][SD]
+    act_t* sQ = sV + BN * SD;                          // [2][BM][SD]
+    act_t* sdO = sQ + 2 * BM * SD;                     // [2][BM][SD]
+    act_t* sdS = sdO + 2 * BM * SD;                    // [BN][SP]  dS^T
+    float* sL = reinterpret_cast<float*>(sdS + BN * SP);   // [2][BM] lse * log2e
+    float* sDl = sL + 2 * BM;                              // [2][BM] delta
+
+    const int nb = blockIdx.x, bk = blockIdx.y, b = bk / KH, kh = bk % KH, G = H / KH;
+    const int n0 = nb * BN, offset = S - T;
+    const act_t* k = Kg + b * ksb + kh * ksh;
+    const act_t* v = Vg + b * vsb + kh * vsh;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int first = max(0, n0 - offset) / BM;
+    const int nmt = (T + BM - 1) / BM - first;
+    if (nmt <= 0) {   // no query sees these keys (cannot happen when S == T): zero grads
+        for (int i = threadIdx.x; i < BN * D; i += NT) {
+            int r = i / D, c = i % D;
+            if (n0 + r < S) {
+                dK[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
+                dV[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
+            }
+        }
+        return;
+    }
+    const int iters = G * nmt;
+
+    auto load_stage = [&](int it, int st) {
+        int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
+        load_tile<BM, D, NT>(sQ + st * BM * SD, Q + b * qsb + hq * qsh, qst, m0, T);
+        load_tile<BM, D, NT>(sdO + st * BM * SD, dO + b * dsb + hq * dsh, dst, m0, T);
+        for (int i = threadIdx.x; i < BM; i += NT) {
+            int r = m0 + i;
+            i64 idx = ((i64)b * H + hq) * T + r;
+            sL[st * BM + i] = r < T ? LSE[idx] * LOG2E : INFINITY;
+            sDl[st * BM + i] = r < T ? Delta[idx] : 0.f;
+        }
+    };
+
+    load_tile<BN, D, NT>(sK, k, kst, n0, S);
+    load_tile<BN, D, NT>(sV, v, vst, n0, S);
+    load_stage(0, 0);
+    cp_commit();
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
+    const int key0 = n0 + warp * 16 + g;    // this thread's keys: key0 and key0 + 8
+
+    for (int it = 0; it < iters; it++) {
+        const int st = it & 1;
+        const int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
+        if (it + 1 < iters) {
+            load_stage(it + 1, st ^ 1);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const act_t* cQ = sQ + st * BM * SD;
+        const act_t* cdO = sdO + st * BM * SD;
+        const float* cL = sL + st * BM;
+        const float* cDl = sDl + st * BM;
+
+        // S^T = K_w Q^T and dP^T = V_w dO^T  (16 keys x BM queries per warp)
+        float sp[BM / 8][4], dp[BM / 8][4];
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sp[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            u32 ka[4], va[4];
+            ldsm_x4(ka, sK + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8);
+            ldsm_x4(va, sV + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+            for (int nn = 0; nn < BM / 16; nn++) {
+                u32 qb[4], ob[4];
+                ldsm_x4(qb, cQ + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD + kk * 16 + ((lane / 8) % 2) * 8);
+                ldsm_x4(ob, cdO + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD + kk * 16 + ((lane / 8) % 2) * 8);
+                mma16816(sp[2 * nn], ka, qb[0], qb[1]);
+                mma16816(sp[2 * nn + 1], ka, qb[2], qb[3]);
+                mma16816(dp[2 * nn], va, ob[0], ob[1]);
+                mma16816(dp[2 * nn + 1], va, ob[2], ob[3]);
+            }
+        }
+        // P^T = exp(S^T * scale - lse), masked; dS^T = P^T (dP^T - delta)
+        const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
+#pragma unroll
+        for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qc = nt * 8 + 2 * t + (e & 1);
+                int key = key0 + (e >> 1) * 8;
+                float p = exp2f(sp[nt][e] * scale_log2 - cL[qc]);
+                if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
+                sp[nt][e] = p;
+                dp[nt][e] = p * (dp[nt][e] - cDl[qc]);
+            }
+        // dV += P^T dO ; dK += dS^T Q  (A from registers, B = dO / Q transposed from smem)
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            u32 pa[4] = {pack2(sp[2 * kk][0], sp[2 * kk][1]), pack2(sp[2 * kk][2], sp[2 * kk][3]),
+                         pack2(sp[2 * kk + 1][0], sp[2 * kk + 1][1]),
+                         pack2(sp[2 * kk + 1][2], sp[2 * kk + 1][3])};
+            u32 da[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]), pack2(dp[2 * kk][2], dp[2 * kk][3]),
+                         pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                         pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            // store dS^T (fp16) for the dQ product
+            act_t* w0 = sdS + (warp * 16 + g) * SP + kk * 16 + 2 * t;
+            *reinterpret_cast<u32*>(w0) = da[0];
+            *reinterpret_cast<u32*>(w0 + 8 * SP) = da[1];
+            *reinterpret_cast<u32*>(w0 + 8) = da[2];
+            *reinterpret_cast<u32*>(w0 + 8 * SP + 8) = da[3];
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                u32 ob[4], qb[4];
+                ldsm_x4_t(ob, cdO + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + dn * 16 + (lane / 16) * 8);
+                ldsm_x4_t(qb, cQ + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + dn * 16 + (lane / 16) * 8);
+                mma16816(dv[2 * dn], pa, ob[0], ob[1]);
+                mma16816(dv[2 * dn + 1], pa, ob[2], ob[3]);
+                mma16816(dk[2 * dn], da, qb[0], qb[1]);
+                mma16816(dk[2 * dn + 1], da, qb[2], qb[3]);
+            }
+        }
+        __syncthreads();
+        // dQ (BM x D) += dS (BM x BN) K (BN x D); warp -> 16 rows x DC columns
+        {
+            const int rg = warp % RG, cg = warp / RG;
+            float dq[DC / 8][4];
+#pragma unroll
+            for (int i = 0; i < DC / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                u32 a[4];
+                ldsm_x4_t(a, sdS + (kk * 16 + (lane % 8) + (lane / 16) * 8) * SP + rg * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+                for (int dn = 0; dn < DC / 16; dn++) {
+                    u32 kb[4];
+                    ldsm_x4_t(kb, sK + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + cg * DC + dn * 16 + (lane / 16) * 8);
+                    mma16816(dq[2 * dn], a, kb[0], kb[1]);
+                    mma16816(dq[2 * dn + 1], a, kb[2], kb[3]);
+                }
+            }
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {
+                int r = m0 + rg * 16 + g + rh * 8;
+                if (r < T) {
+                    float* dst = dQacc + (((i64)b * H + hq) * T + r) * D + cg * DC + 2 * t;
+#pragma unroll
+                    for (int dn = 0; dn < DC / 8; dn++) {
+                        atomicAdd(dst + dn * 8, dq[dn][2 * rh]);
+                        atomicAdd(dst + dn * 8 + 1, dq[dn][2 * rh + 1]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    // write dK (scaled) and dV, layout (B, K, S, D) contiguous
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        int key = key0 + rh * 8;
+        if (key < S) {
+            i64 base = (((i64)b * KH + kh) * S + key) * D + 2 * t;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                *reinterpret_cast<act2_t*>(dK + base + dn * 8) =
+                    from_f2(dk[dn][2 * rh] * scale, dk[dn][2 * rh + 1] * scale);
+                *reinterpret_cast<act2_t*>(dV + base + dn * 8) =
+                    from_f2(dv[dn][2 * rh], dv[dn][2 * rh + 1]);
+            }
+        }
+    }
+}
+
+#define FWD_ARGS                                                                                  \
+    const act_t *Q, const act_t *K, const act_t *V, act_t *O, float *LSE, int H, int KH, int T,  \
+        int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,  \
+        i64 osb, i64 osh, i64 ost, float scale_log2
+#define FWD_PASS Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, scale_log2
+
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64(FWD_ARGS) { flash_fwd<64, 4>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { flash_fwd<128, 4>(FWD_PASS); }
+
+#define BWD_ARGS                                                                                  \
+    const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \
+        const float *Delta, float *dQacc, act_t *dK, act_t *dV, int H, int KH, int T, int S,     \
+        i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,          \
+        i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2
+#define BWD_PASS Q, K, V, dO, LSE, Delta, dQacc, dK, dV, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, \
+                 vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2
+
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 64, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 4>(BWD_PASS); }
+
+#endif  // HAS_MMA

@@ -1,0 +1,407 @@
+// Elementwise, normalisation, loss and optimizer kernels of the GPU engine.
+// Each kernel is the twin of an op in bytemodel/ops/numpy_ops.py (names below); cuda_ops.py
+// launches them. act_t is fp16 / bf16 / fp32 per compiled module (common.cuh); all arithmetic is
+// done in fp32. Kernels with a _v8 suffix move 8 activations (16 bytes in fp16) per access and
+// need the row length to be a multiple of 8; the plain ones take any size.
+//
+// Legend: N rows (= B*T), C d_model, F d_ff, V vocab, H/K query/kv heads, D head dim.
+#include "common.cuh"
+
+// ------------------------------------------------------------------------------------------------
+// embedding: out[n] = wte[idx[n]]  (embedding_forward); dwte[idx[n]] += dout[n] (embedding_backward)
+extern "C" __global__ void embedding_fwd(const act_t* __restrict__ wte, const int* __restrict__ idx,
+                                         act_t* __restrict__ out, long long N, int C) {
+    i64 total = N * C;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        i64 n = i / C; int c = i % C;
+        out[i] = wte[(i64)idx[n] * C + c];
+    }
+}
+
+extern "C" __global__ void embedding_bwd(const act_t* __restrict__ dout, const int* __restrict__ idx,
+                                         float* __restrict__ dwte, long long N, int C) {
+    i64 total = N * C;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        i64 n = i / C; int c = i % C;
+        atomicAdd(dwte + (i64)idx[n] * C + c, to_f(dout[i]));
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// RMSNorm (rmsnorm_forward / rmsnorm_backward). One warp per row.
+template <int VW>
+__device__ __forceinline__ void load_row(const act_t* p, int c, float* f) {
+    if (VW == 8) {
+        vec8 v = *reinterpret_cast<const vec8*>(p + c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = to_f(v.v[i]);
+    } else {
+        f[0] = to_f(p[c]);
+    }
+}
+template <int VW>
+__device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
+    if (VW == 8) {
+        vec8 v;
+#pragma unroll
+        for (int i = 0; i < 8; i++) v.v[i] = from_f(f[i]);
+        *reinterpret_cast<vec8*>(p + c) = v;
+    } else {
+        p[c] = from_f(f[0]);
+    }
+}
+
+template <int VW>
+__device__ __forceinline__ void rmsnorm_fwd_impl(const act_t* __restrict__ x, const act_t* __restrict__ g,
+                                                 act_t* __restrict__ out, float* __restrict__ rstd,
+                                                 long long N, int C, float eps) {
+    i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const act_t* xr = x + row * C;
+    float ss = 0.f;
+    for (int c = lane * VW; c < C; c += 32 * VW) {
+        float f[VW];
+        load_row<VW>(xr, c, f);
+#pragma unroll
+        for (int i = 0; i < VW; i++) ss += f[i] * f[i];
+    }
+    ss = warp_sum(ss);
+    float r = rsqrtf(ss / C + eps);
+    if (lane == 0) rstd[row] = r;
+    for (int c = lane * VW; c < C; c += 32 * VW) {
+        float f[VW], w[VW];
+        load_row<VW>(xr, c, f);
+        load_row<VW>(g, c, w);
+#pragma unroll
+        for (int i = 0; i < VW; i++) f[i] = f[i] * r * w[i];
+        store_row<VW>(out + row * C, c, f);
+    }
+}
+extern "C" __global__ void rmsnorm_fwd(const act_t* x, const act_t* g, act_t* out, float* rstd, long long N, int C, float eps) {
+    rmsnorm_fwd_impl<1>(x, g, out, rstd, N, C, eps);
+}
+extern "C" __global__ void rmsnorm_fwd_v8(const act_t* x, const act_t* g, act_t* out, float* rstd, long long N, int C, float eps) {
+    rmsnorm_fwd_impl<8>(x, g, out, rstd, N, C, eps);
+}
+
+// dx = (dout*g - xhat * mean(dout*g*xhat)) * rstd ; dg += sum_rows dout * xhat
+// A block takes `rows_per_block` rows, one warp per row at a time; dg partials collect in shared
+// memory (C floats) and go to global memory with one atomicAdd per column per block.
+template <int VW>
+__device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
+                                                 const float* __restrict__ rstd, const act_t* __restrict__ g,
+                                                 act_t* __restrict__ dx, float* __restrict__ dg,
+                                                 long long N, int C, int rows_per_block) {
+    extern __shared__ float acc[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) acc[c] = 0.f;
+    __syncthreads();
+    i64 r0 = (i64)blockIdx.x * rows_per_block;
+    i64 r1 = min((i64)N, r0 + rows_per_block);
+    for (i64 row = r0 + warp; row < r1; row += nw) {
+        const act_t* dr = dout + row * C;
+        const act_t* xr = x + row * C;
+        float r = rstd[row];
+        float dot = 0.f;
+        for (int c = lane * VW; c < C; c += 32 * VW) {
+            float d[VW], f[VW], w[VW];
+            load_row<VW>(dr, c, d); load_row<VW>(xr, c, f); load_row<VW>(g, c, w);
+#pragma unroll
+            for (int i = 0; i < VW; i++) dot += d[i] * w[i] * f[i];
+        }
+        dot = warp_sum(dot) * r / C;     // mean(dxhat * xhat)
+        for (int c = lane * VW; c < C; c += 32 * VW) {
+            float d[VW], f[VW], w[VW], o[VW];
+            load_row<VW>(dr, c, d); load_row<VW>(xr, c, f); load_row<VW>(g, c, w);
+#pragma unroll
+            for (int i = 0; i < VW; i++) {
+                float xh = f[i] * r;
+                o[i] = (d[i] * w[i] - xh * dot) * r;
+                atomicAdd(acc + c + i, d[i] * xh);
+            }
+            store_row<VW>(dx + row * C, c, o);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dg + c, acc[c]);
+}
+extern "C" __global__ void rmsnorm_bwd(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
+                                       act_t* dx, float* dg, long long N, int C, int rpb) {
+    rmsnorm_bwd_impl<1>(dout, x, rstd, g, dx, dg, N, C, rpb);
+}
+extern "C" __global__ void rmsnorm_bwd_v8(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
+                                          act_t* dx, float* dg, long long N, int C, int rpb) {
+    rmsnorm_bwd_impl<8>(dout, x, rstd, g, dx, dg, N, C, rpb);
+}
+
+// ------------------------------------------------------------------------------------------------
+// qkv split + RoPE (qkv_rope_forward / qkv_rope_backward), rotate-half convention.
+// qkv (B*T, (H+2K)*D) -> q (B, H, T, D), k (B, K, T, D), v (B, K, T, D). One thread per
+// (row, head, i < D/2): it handles elements i and i + D/2.
+extern "C" __global__ void qkv_rope_fwd(const act_t* __restrict__ qkv, const act_t* __restrict__ cosb,
+                                        const act_t* __restrict__ sinb, act_t* __restrict__ q,
+                                        act_t* __restrict__ k, act_t* __restrict__ v,
+                                        int B, int T, int H, int K, int D) {
+    int h2 = D / 2, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h2;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = idx % h2; i64 rest = idx / h2;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        const act_t* src = qkv + n * J * D + j * D;
+        float x1 = to_f(src[i]), x2 = to_f(src[i + h2]);
+        act_t* dst;
+        if (j < H) dst = q + (((i64)b * H + j) * T + t) * D;
+        else if (j < H + K) dst = k + (((i64)b * K + (j - H)) * T + t) * D;
+        else { dst = v + (((i64)b * K + (j - H - K)) * T + t) * D; dst[i] = src[i]; dst[i + h2] = src[i + h2]; continue; }
+        float c = to_f(cosb[t * h2 + i]), s = to_f(sinb[t * h2 + i]);
+        dst[i] = from_f(x1 * c - x2 * s);
+        dst[i + h2] = from_f(x2 * c + x1 * s);
+    }
+}
+
+// the same with two neighbouring i per thread (D % 4 == 0): 4-byte accesses
+extern "C" __global__ void qkv_rope_fwd_v2(const act_t* __restrict__ qkv, const act_t* __restrict__ cosb,
+                                           const act_t* __restrict__ sinb, act_t* __restrict__ q,
+                                           act_t* __restrict__ k, act_t* __restrict__ v,
+                                           int B, int T, int H, int K, int D) {
+    int h2 = D / 2, h4 = D / 4, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h4;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = (idx % h4) * 2; i64 rest = idx / h4;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        const act_t* src = qkv + n * J * D + j * D;
+        act2_t a = *reinterpret_cast<const act2_t*>(src + i), bb = *reinterpret_cast<const act2_t*>(src + i + h2);
+        act_t* dst;
+        if (j < H) dst = q + (((i64)b * H + j) * T + t) * D;
+        else if (j < H + K) dst = k + (((i64)b * K + (j - H)) * T + t) * D;
+        else {
+            dst = v + (((i64)b * K + (j - H - K)) * T + t) * D;
+            *reinterpret_cast<act2_t*>(dst + i) = a; *reinterpret_cast<act2_t*>(dst + i + h2) = bb;
+            continue;
+        }
+        float2 x1 = to_f2(a), x2 = to_f2(bb);
+        float2 c = to_f2(*reinterpret_cast<const act2_t*>(cosb + t * h2 + i));
+        float2 s = to_f2(*reinterpret_cast<const act2_t*>(sinb + t * h2 + i));
+        *reinterpret_cast<act2_t*>(dst + i) = from_f2(x1.x * c.x - x2.x * s.x, x1.y * c.y - x2.y * s.y);
+        *reinterpret_cast<act2_t*>(dst + i + h2) = from_f2(x2.x * c.x + x1.x * s.x, x2.y * c.y + x1.y * s.y);
+    }
+}
+
+// dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H+2K)*D): rotate by -angle
+extern "C" __global__ void qkv_rope_bwd(const act_t* __restrict__ dq, const act_t* __restrict__ dk,
+                                        const act_t* __restrict__ dv, const act_t* __restrict__ cosb,
+                                        const act_t* __restrict__ sinb, act_t* __restrict__ dqkv,
+                                        int B, int T, int H, int K, int D) {
+    int h2 = D / 2, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h2;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = idx % h2; i64 rest = idx / h2;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        act_t* dst = dqkv + n * J * D + j * D;
+        const act_t* src;
+        if (j < H) src = dq + (((i64)b * H + j) * T + t) * D;
+        else if (j < H + K) src = dk + (((i64)b * K + (j - H)) * T + t) * D;
+        else { src = dv + (((i64)b * K + (j - H - K)) * T + t) * D; dst[i] = src[i]; dst[i + h2] = src[i + h2]; continue; }
+        float d1 = to_f(src[i]), d2 = to_f(src[i + h2]);
+        float c = to_f(cosb[t * h2 + i]), s = to_f(sinb[t * h2 + i]);
+        dst[i] = from_f(d1 * c + d2 * s);
+        dst[i + h2] = from_f(d2 * c - d1 * s);
+    }
+}
+
+extern "C" __global__ void qkv_rope_bwd_v2(const act_t* __restrict__ dq, const act_t* __restrict__ dk,
+                                           const act_t* __restrict__ dv, const act_t* __restrict__ cosb,
+                                           const act_t* __restrict__ sinb, act_t* __restrict__ dqkv,
+                                           int B, int T, int H, int K, int D) {
+    int h2 = D / 2, h4 = D / 4, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h4;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = (idx % h4) * 2; i64 rest = idx / h4;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        act_t* dst = dqkv + n * J * D + j * D;
+        const act_t* src;
+        if (j < H) src = dq + (((i64)b * H + j) * T + t) * D;
+        else if (j < H + K) src = dk + (((i64)b * K + (j - H)) * T + t) * D;
+        else src = dv + (((i64)b * K + (j - H - K)) * T + t) * D;
+        act2_t a = *reinterpret_cast<const act2_t*>(src + i), bb = *reinterpret_cast<const act2_t*>(src + i + h2);
+        if (j >= H + K) {
+            *reinterpret_cast<act2_t*>(dst + i) = a; *reinterpret_cast<act2_t*>(dst + i + h2) = bb;
+            continue;
+        }
+        float2 d1 = to_f2(a), d2 = to_f2(bb);
+        float2 c = to_f2(*reinterpret_cast<const act2_t*>(cosb + t * h2 + i));
+        float2 s = to_f2(*reinterpret_cast<const act2_t*>(sinb + t * h2 + i));
+        *reinterpret_cast<act2_t*>(dst + i) = from_f2(d1.x * c.x + d2.x * s.x, d1.y * c.y + d2.y * s.y);
+        *reinterpret_cast<act2_t*>(dst + i + h2) = from_f2(d2.x * c.x - d1.x * s.x, d2.y * c.y - d1.y * s.y);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// SwiGLU (swiglu_forward / swiglu_backward): h = [gate | up] (N, 2F), out = silu(gate) * up
+template <int VW>
+__device__ __forceinline__ void swiglu_fwd_impl(const act_t* __restrict__ h, act_t* __restrict__ out, long long N, int F) {
+    i64 total = N * F / VW;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        i64 e = idx * VW; i64 n = e / F; int f = e % F;
+        float gt[VW], up[VW], o[VW];
+        load_row<VW>(h + n * 2 * F, f, gt);
+        load_row<VW>(h + n * 2 * F + F, f, up);
+#pragma unroll
+        for (int i = 0; i < VW; i++) o[i] = gt[i] / (1.f + __expf(-gt[i])) * up[i];
+        store_row<VW>(out, e, o);
+    }
+}
+extern "C" __global__ void swiglu_fwd(const act_t* h, act_t* out, long long N, int F) { swiglu_fwd_impl<1>(h, out, N, F); }
+extern "C" __global__ void swiglu_fwd_v8(const act_t* h, act_t* out, long long N, int F) { swiglu_fwd_impl<8>(h, out, N, F); }
+
+template <int VW>
+__device__ __forceinline__ void swiglu_bwd_impl(const act_t* __restrict__ dout, const act_t* __restrict__ h,
+                                                act_t* __restrict__ dh, long long N, int F) {
+    i64 total = N * F / VW;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        i64 e = idx * VW; i64 n = e / F; int f = e % F;
+        float gt[VW], up[VW], d[VW], dg[VW], du[VW];
+        load_row<VW>(h + n * 2 * F, f, gt);
+        load_row<VW>(h + n * 2 * F + F, f, up);
+        load_row<VW>(dout, e, d);
+#pragma unroll
+        for (int i = 0; i < VW; i++) {
+            float sig = 1.f / (1.f + __expf(-gt[i]));
+            float silu = gt[i] * sig;
+            du[i] = d[i] * silu;
+            dg[i] = d[i] * up[i] * (sig * (1.f + gt[i] * (1.f - sig)));
+        }
+        store_row<VW>(dh + n * 2 * F, f, dg);
+        store_row<VW>(dh + n * 2 * F + F, f, du);
+    }
+}
+extern "C" __global__ void swiglu_bwd(const act_t* dout, const act_t* h, act_t* dh, long long N, int F) { swiglu_bwd_impl<1>(dout, h, dh, N, F); }
+extern "C" __global__ void swiglu_bwd_v8(const act_t* dout, const act_t* h, act_t* dh, long long N, int F) { swiglu_bwd_impl<8>(dout, h, dh, N, F); }
+
+// ------------------------------------------------------------------------------------------------
+// softmax + cross-entropy (cross_entropy_forward / _backward). The forward keeps only the row
+// log-sum-exp (fp32, N floats); the backward recomputes softmax from the logits.
+extern "C" __global__ void ce_fwd(const act_t* __restrict__ logits, const int* __restrict__ targets,
+                                  float* __restrict__ losses, float* __restrict__ lse, long long N, int V) {
+    i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const act_t* x = logits + row * V;
+    float m = -INFINITY;
+    for (int c = lane; c < V; c += 32) m = fmaxf(m, to_f(x[c]));
+    m = warp_max(m);
+    float s = 0.f;
+    for (int c = lane; c < V; c += 32) s += __expf(to_f(x[c]) - m);
+    s = warp_sum(s);
+    if (lane == 0) {
+        float l = m + __logf(s);
+        lse[row] = l;
+        losses[row] = l - to_f(x[targets[row]]);
+    }
+}
+
+// dlogits = (softmax - onehot) * dlosses
+extern "C" __global__ void ce_bwd(const act_t* __restrict__ logits, const int* __restrict__ targets,
+                                  const float* __restrict__ lse, const float* __restrict__ dlosses,
+                                  act_t* __restrict__ dlogits, long long N, int V) {
+    i64 total = N * V;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+        i64 n = i / V; int c = i % V;
+        float p = __expf(to_f(logits[i]) - lse[n]);
+        float d = dlosses[n];
+        dlogits[i] = from_f((p - (c == targets[n] ? 1.f : 0.f)) * d);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// flat-buffer kernels: cast, sum of squares (global norm), AdamW
+
+extern "C" __global__ void cast_f32_act(const float* __restrict__ src, act_t* __restrict__ dst, long long n) {
+    i64 n4 = n / 4;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        float4 a = reinterpret_cast<const float4*>(src)[i];
+        act2_t lo = from_f2(a.x, a.y), hi = from_f2(a.z, a.w);
+        reinterpret_cast<act2_t*>(dst)[2 * i] = lo;
+        reinterpret_cast<act2_t*>(dst)[2 * i + 1] = hi;
+    }
+    for (i64 i = n4 * 4 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        dst[i] = from_f(src[i]);
+}
+
+// partial[block] = sum of squares over a grid-stride slice (float, deterministic for a fixed grid)
+extern "C" __global__ void sumsq_partial(const float* __restrict__ x, long long n, float* __restrict__ partial) {
+    __shared__ float red[32];
+    float s = 0.f;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        float v = x[i];
+        s += v * v;
+    }
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+        s = warp_sum(s);
+        if (threadIdx.x == 0) partial[blockIdx.x] = s;
+    }
+}
+
+// out[0] = sqrt(sum(partial)); one block
+extern "C" __global__ void sumsq_final(const float* __restrict__ partial, int np, float* __restrict__ out) {
+    __shared__ float red[32];
+    float s = 0.f;
+    for (int i = threadIdx.x; i < np; i += blockDim.x) s += partial[i];
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+        s = warp_sum(s);
+        if (threadIdx.x == 0) out[0] = sqrtf(s);
+    }
+}
+
+// AdamW (PyTorch's form: decoupled decay p *= 1 - lr*wd where mask is 1), one launch over the flat
+// buffer. The gradient is multiplied by inv_scale (undo the loss scale) and, when clip > 0 and the
+// unscaled norm exceeds clip, by clip / norm. If the norm (read on the device, so the host need not
+// wait) is not finite, nothing changes: the step is skipped. Also writes the compute-dtype copy of
+// the updated weights when pc is not null. n is a multiple of 4.
+extern "C" __global__ void adamw_step(float* __restrict__ p, const float* __restrict__ g,
+                                      float* __restrict__ m, float* __restrict__ v,
+                                      const float* __restrict__ mask, act_t* __restrict__ pc,
+                                      long long n, float lr, float b1, float b2, float eps, float wd,
+                                      float bc1, float bc2, const float* __restrict__ norm_ptr,
+                                      float inv_scale, float clip) {
+    float nrm = norm_ptr ? norm_ptr[0] * inv_scale : 0.f;
+    if (!isfinite(nrm)) return;
+    float mult = inv_scale * ((clip > 0.f && nrm > clip) ? clip / (nrm + 1e-6f) : 1.f);
+    i64 n4 = n / 4;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        float4 pp = reinterpret_cast<float4*>(p)[i];
+        float4 gg = reinterpret_cast<const float4*>(g)[i];
+        float4 mm = reinterpret_cast<float4*>(m)[i];
+        float4 vv = reinterpret_cast<float4*>(v)[i];
+        float4 mk = reinterpret_cast<const float4*>(mask)[i];
+        float* P = &pp.x; float* G = &gg.x; float* M = &mm.x; float* Vv = &vv.x; float* K = &mk.x;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float gr = G[j] * mult;
+            M[j] = b1 * M[j] + (1.f - b1) * gr;
+            Vv[j] = b2 * Vv[j] + (1.f - b2) * gr * gr;
+            float upd = (M[j] / bc1) / (sqrtf(Vv[j] / bc2) + eps);
+            P[j] = P[j] * (1.f - lr * wd * K[j]) - lr * upd;
+        }
+        reinterpret_cast<float4*>(p)[i] = pp;
+        reinterpret_cast<float4*>(m)[i] = mm;
+        reinterpret_cast<float4*>(v)[i] = vv;
+        if (pc) {
+            reinterpret_cast<act2_t*>(pc)[2 * i] = from_f2(pp.x, pp.y);
+            reinterpret_cast<act2_t*>(pc)[2 * i + 1] = from_f2(pp.z, pp.w);
+        }
+    }
+}

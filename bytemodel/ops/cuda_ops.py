@@ -1,0 +1,604 @@
+"""The CUDA backend: the ops of numpy_ops.py on an NVIDIA GPU, with CuPy, cuBLAS and hand-written
+kernels (bytemodel/gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture).
+
+Same op names and signatures as the NumPy reference (the oracle); the model never branches on the
+device. This is the only module that imports CuPy.
+
+Precision (`CudaBackend(precision)`):
+    fp16  activations and compute weights in float16, every product on tensor cores with fp32
+          accumulation (cuBLAS GemmEx, FlashAttention with mma.sync), fp32 master weights, fp32
+          gradients (matmul weight gradients accumulate straight into the fp32 buffer, beta = 1).
+    bf16  the same with bfloat16.
+    fp32  float32 everywhere (cuBLAS SGEMM, attention through cuBLAS + softmax): the slow, exact
+          path for checks.
+
+Dimension legend as in numpy_ops: B batch, T time, S key length, C d_model, H query heads,
+K kv heads, D head dim, F d_ff, V vocab, N = B*T rows.
+
+Accumulation: every d<param> argument is an fp32 view into the flat gradient buffer and is
+accumulated into (+=); activation gradients are returned fresh.
+
+Hooks for the optimizer and training loop (called when present, see docs/GPU.md):
+    compute_weights(flat_fp32) -> flat buffer in the compute dtype (a cast copy)
+    global_norm(grads) -> 0-d fp32 device array, the L2 norm (inf/nan if any gradient is)
+    adamw_step(params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay, step,
+               inv_scale=1.0, clip=0.0, norm=None)   one launch over the flat buffer
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import cupy as cp
+
+try:  # CuPy >= 13 keeps the bindings here; older releases under cupy.cuda
+    from cupy_backends.cuda.libs import cublas as _cublas
+except ImportError:  # pragma: no cover
+    from cupy.cuda import cublas as _cublas
+
+_GPU_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
+
+# cuBLAS / CUDA enum values (cublas_api.h, library_types.h); stable across CUDA 11-13
+_OP_N, _OP_T = 0, 1
+_COMPUTE_32F = 68
+_R_32F, _R_16F, _R_16BF = 0, 2, 14
+_GEMM_DEFAULT = -1
+
+_MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
+_FLASH_D = (64, 128)          # head dims the FlashAttention kernels are instantiated for
+_FLASH_BN = 64                # keys per CTA in the backward, key tile in the forward
+
+
+def _bf16_dtype():
+    try:
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    except Exception as e:  # pragma: no cover
+        raise RuntimeError("bf16 needs the ml_dtypes package next to CuPy") from e
+
+
+def _source(name: str) -> str:
+    with open(os.path.join(_GPU_DIR, "common.cuh")) as f:
+        common = f.read()
+    with open(os.path.join(_GPU_DIR, name)) as f:
+        src = f.read()
+    return src.replace('#include "common.cuh"', common)
+
+
+_MODULES: dict = {}
+
+
+def _module(file: str, precision: str):
+    key = (file, precision)
+    if key not in _MODULES:
+        opts = ("-std=c++17", f"-D{_MACRO[precision]}")
+        _MODULES[key] = cp.RawModule(code=_source(file), options=opts)
+    return _MODULES[key]
+
+
+def _i32(x):
+    return np.int32(x)
+
+
+def _i64(x):
+    return np.int64(x)
+
+
+def _f32(x):
+    return np.float32(x)
+
+
+def _blocks(total: int, per: int = 256, cap: int = 132 * 16) -> int:
+    return max(1, min(cap, (total + per - 1) // per))
+
+
+class CudaBackend:
+    """The GPU twin of numpy_ops, for one precision."""
+
+    name = "cuda"
+    xp = cp
+
+    def __init__(self, precision: str = "fp16", flash: bool = True):
+        if precision not in _MACRO:
+            raise ValueError(f"unknown precision {precision!r}")
+        self.precision = precision
+        if precision == "fp16":
+            self.act_dtype = np.dtype(np.float16)
+        elif precision == "fp32":
+            self.act_dtype = np.dtype(np.float32)
+        else:
+            self.act_dtype = _bf16_dtype()
+        self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
+        self.flash = flash and precision != "fp32"
+        self._fns: dict = {}
+        self._alpha = np.ones(1, dtype=np.float32)
+        self._beta0 = np.zeros(1, dtype=np.float32)
+        self._beta1 = np.ones(1, dtype=np.float32)
+        self._cw = None                 # compute-dtype copy of the master weights
+        self._cw_fresh = False          # set by adamw_step when it wrote _cw itself
+        self._norm_partial = None
+        self.sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
+
+    # ------------------------------------------------------------------ plumbing
+    def _fn(self, name: str, file: str = "kernels.cu"):
+        if name not in self._fns:
+            self._fns[name] = _module(file, self.precision).get_function(name)
+        return self._fns[name]
+
+    def asarray(self, a, dtype=None):
+        return cp.asarray(a, dtype=dtype)
+
+    def to_numpy(self, a):
+        return cp.asnumpy(a)
+
+    def _act(self, a):
+        """A C-contiguous array of the activation dtype."""
+        a = cp.asarray(a)
+        if a.dtype != self.act_dtype:
+            a = a.astype(self.act_dtype)
+        return cp.ascontiguousarray(a)
+
+    def _empty(self, shape, dtype=None):
+        return cp.empty(shape, dtype=dtype or self.act_dtype)
+
+    def compute_weights(self, flat):
+        """flat fp32 master buffer (P,) -> the compute-dtype copy (P,), refreshed each call
+        unless adamw_step wrote it already."""
+        if self.precision == "fp32" and flat.dtype == np.float32:
+            return flat
+        n = flat.shape[0]
+        if self._cw is None or self._cw.shape[0] != n:
+            self._cw = self._empty((n,))
+            self._cw_fresh = False
+        if not self._cw_fresh:
+            self._fn("cast_f32_act")((_blocks(n // 4),), (256,),
+                                      (cp.ascontiguousarray(flat, dtype=cp.float32), self._cw, _i64(n)))
+        self._cw_fresh = False
+        return self._cw
+
+    # ------------------------------------------------------------------ cuBLAS
+    @staticmethod
+    def _desc(x):
+        """2-D array -> (row_major, ld) in elements, or None if neither layout."""
+        r, c = x.shape
+        isz = x.itemsize
+        s0, s1 = x.strides
+        if s1 == isz or c == 1:
+            if r == 1 or s0 % isz == 0 and s0 // isz >= c:
+                return True, max(s0 // isz if r > 1 else c, 1)
+        if s0 == isz or r == 1:
+            if c == 1 or s1 % isz == 0 and s1 // isz >= r:
+                return False, max(s1 // isz if c > 1 else r, 1)
+        return None
+
+    def _gemm(self, a, b, c, beta: float = 0.0):
+        """c (M, N) = a (M, K) @ b (K, N) + beta * c, with fp32 accumulation. a, b, c may be
+        row- or column-major (a transposed view is free); inputs of another layout are copied."""
+        M, K = a.shape
+        N = b.shape[1]
+        assert b.shape[0] == K and c.shape == (M, N), (a.shape, b.shape, c.shape)
+        if M == 0 or N == 0:
+            return c
+        if K == 0:
+            c *= beta
+            return c
+        da, db, dc = self._desc(a), self._desc(b), self._desc(c)
+        if da is None:
+            a = cp.ascontiguousarray(a); da = self._desc(a)
+        if db is None:
+            b = cp.ascontiguousarray(b); db = self._desc(b)
+        if dc is None:
+            raise ValueError("gemm output must be row- or column-major")
+        (ra, lda), (rb, ldb), (rc, ldc) = da, db, dc
+        if rc:   # C^T (N x M) = B^T A^T in column-major terms
+            m, n = N, M
+            first, f_op, f_ld, f_t = b, (_OP_N if rb else _OP_T), ldb, b.dtype
+            second, s_op, s_ld, s_t = a, (_OP_N if ra else _OP_T), lda, a.dtype
+        else:    # C (M x N) = A B
+            m, n = M, N
+            first, f_op, f_ld, f_t = a, (_OP_T if ra else _OP_N), lda, a.dtype
+            second, s_op, s_ld, s_t = b, (_OP_T if rb else _OP_N), ldb, b.dtype
+        handle = cp.cuda.device.get_cublas_handle()
+        _cublas.setPointerMode(handle, 0)
+        beta_p = self._beta1 if beta == 1.0 else (self._beta0 if beta == 0.0 else
+                                                  np.full(1, beta, dtype=np.float32))
+        _cublas.gemmEx(handle, f_op, s_op, m, n, K,
+                       self._alpha.ctypes.data, first.data.ptr, self._dt(f_t), f_ld,
+                       second.data.ptr, self._dt(s_t), s_ld,
+                       beta_p.ctypes.data, c.data.ptr, self._dt(c.dtype), ldc,
+                       _COMPUTE_32F, _GEMM_DEFAULT)
+        return c
+
+    def _dt(self, dtype):
+        if dtype == np.float32:
+            return _R_32F
+        if dtype == np.float16:
+            return _R_16F
+        if dtype == self.act_dtype:
+            return self._ctype
+        raise TypeError(f"gemm dtype {dtype} not supported")
+
+    # ------------------------------------------------------------------ embedding
+    def embedding_forward(self, wte, idx):
+        """wte (V, C), idx (B, T) int -> out (B, T, C), cache (idx as int32)."""
+        idx = cp.ascontiguousarray(cp.asarray(idx), dtype=cp.int32)
+        B, T = idx.shape
+        C = wte.shape[1]
+        out = self._empty((B, T, C))
+        self._fn("embedding_fwd")((_blocks(B * T * C),), (256,),
+                                  (self._act(wte), idx, out, _i64(B * T), _i32(C)))
+        return out, idx
+
+    def embedding_backward(self, dout, cache, dwte):
+        """dout (B, T, C); dwte (V, C) fp32 += scatter-add of dout rows at idx."""
+        idx = cache
+        C = dout.shape[-1]
+        n = idx.size
+        assert dwte.flags.c_contiguous and dwte.dtype == np.float32
+        self._fn("embedding_bwd")((_blocks(n * C),), (256,),
+                                  (self._act(dout), idx, dwte, _i64(n), _i32(C)))
+
+    # ------------------------------------------------------------------ RMSNorm
+    def rmsnorm_forward(self, x, g, eps):
+        """x (N, C), g (C,) -> out (N, C), cache (x, rstd (N,) fp32, g)."""
+        x = self._act(x)
+        g = self._act(g)
+        N, C = x.shape
+        out = self._empty((N, C))
+        rstd = cp.empty((N,), dtype=cp.float32)
+        name = "rmsnorm_fwd_v8" if C % 8 == 0 else "rmsnorm_fwd"
+        self._fn(name)(((N + 7) // 8,), (256,), (x, g, out, rstd, _i64(N), _i32(C), _f32(eps)))
+        return out, (x, rstd, g)
+
+    def rmsnorm_backward(self, dout, cache, dg):
+        """dout (N, C) -> dx (N, C); dg (C,) fp32 += sum over rows of dout * xhat."""
+        x, rstd, g = cache
+        dout = self._act(dout)
+        N, C = x.shape
+        dx = self._empty((N, C))
+        assert dg.flags.c_contiguous and dg.dtype == np.float32
+        rpb = 64                     # rows per block: one dg atomic per column per 64 rows
+        name = "rmsnorm_bwd_v8" if C % 8 == 0 else "rmsnorm_bwd"
+        self._fn(name)(((N + rpb - 1) // rpb,), (256,),
+                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb)), shared_mem=4 * C)
+        return dx
+
+    # ------------------------------------------------------------------ matmul (cuBLAS)
+    def matmul_forward(self, x, w):
+        """x (N, Cin), w (Cin, Cout) -> out (N, Cout)."""
+        x = cp.asarray(x)
+        out = self._empty((x.shape[0], w.shape[1]))
+        return self._gemm(x, w, out)
+
+    def matmul_backward(self, dout, x, w, dw):
+        """dout (N, Cout) -> dx (N, Cin); dw (Cin, Cout) fp32 += x^T @ dout (beta = 1)."""
+        self._gemm(x.T, dout, dw, beta=1.0)
+        dx = self._empty((dout.shape[0], w.shape[0]))
+        return self._gemm(dout, w.T, dx)
+
+    # ------------------------------------------------------------------ RoPE / heads
+    def rope_forward(self, x, cos, sin):
+        """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D) (CuPy expression, not hot)."""
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return cp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+    def rope_backward(self, dout, cos, sin):
+        h = dout.shape[-1] // 2
+        d1, d2 = dout[..., :h], dout[..., h:]
+        return cp.concatenate([d1 * cos + d2 * sin, d2 * cos - d1 * sin], axis=-1)
+
+    def qkv_rope_forward(self, qkv, cos, sin, B, T, H, K):
+        """qkv (B*T, (H + 2K) * D) -> q (B, H, T, D), k, v (B, K, T, D); rope on q, k."""
+        qkv = self._act(qkv)
+        cos, sin = self._act(cos), self._act(sin)
+        D = qkv.shape[-1] // (H + 2 * K)
+        q = self._empty((B, H, T, D))
+        k = self._empty((B, K, T, D))
+        v = self._empty((B, K, T, D))
+        vec = D % 4 == 0
+        total = B * T * (H + 2 * K) * (D // 4 if vec else D // 2)
+        self._fn("qkv_rope_fwd_v2" if vec else "qkv_rope_fwd")(
+            (_blocks(total),), (256,),
+            (qkv, cos, sin, q, k, v, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
+        return q, k, v
+
+    def qkv_rope_backward(self, dq, dk, dv, cos, sin):
+        """dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H + 2K) * D)."""
+        dq, dk, dv = self._act(dq), self._act(dk), self._act(dv)
+        cos, sin = self._act(cos), self._act(sin)
+        B, H, T, D = dq.shape
+        K = dk.shape[1]
+        dqkv = self._empty((B * T, (H + 2 * K) * D))
+        vec = D % 4 == 0
+        total = B * T * (H + 2 * K) * (D // 4 if vec else D // 2)
+        self._fn("qkv_rope_bwd_v2" if vec else "qkv_rope_bwd")(
+            (_blocks(total),), (256,),
+            (dq, dk, dv, cos, sin, dqkv, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
+        return dqkv
+
+    def merge_heads_forward(self, a):
+        """a (B, H, T, D) -> (B*T, H*D). Free when a is a (B, T, H, D) buffer seen as
+        (B, H, T, D), which is how the flash forward returns its output."""
+        B, H, T, D = a.shape
+        t = a.transpose(0, 2, 1, 3)
+        if not t.flags.c_contiguous:
+            t = cp.ascontiguousarray(t)
+        return t.reshape(B * T, H * D)
+
+    def merge_heads_backward(self, dout, B, H, T, D):
+        """dout (B*T, H*D) -> da (B, H, T, D), a strided view (no copy): the attention kernels
+        take (batch, head, row) strides."""
+        return dout.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+
+    # ------------------------------------------------------------------ attention
+    def _flash_ok(self, q, k):
+        D = q.shape[-1]
+        return self.flash and D in _FLASH_D and q.dtype == self.act_dtype and k.dtype == self.act_dtype
+
+    @staticmethod
+    def _strides(x):
+        """(batch, head, row) strides in elements of a (B, H, T, D) array with unit last stride,
+        16-byte aligned rows; None if it must be copied first."""
+        isz = x.itemsize
+        s = x.strides
+        if s[3] != isz or any(v % 16 for v in s[:3]) or x.data.ptr % 16:
+            return None
+        return tuple(_i64(v // isz) for v in s[:3])
+
+    def _bhtd(self, x):
+        st = self._strides(x)
+        if st is None:
+            x = cp.ascontiguousarray(x)
+            st = self._strides(x)
+        return x, st
+
+    def attention_forward(self, q, k, v, block=None):
+        """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) fp32 (natural log).
+
+        FlashAttention-2 on tensor cores (fp16/bf16, D in {64, 128}); otherwise cuBLAS + softmax.
+        The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
+        """
+        if not self._flash_ok(q, k):
+            return self._attention_forward_ref(q, k, v)
+        B, H, T, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        q, qs = self._bhtd(q)
+        k, ks = self._bhtd(k)
+        v, vs = self._bhtd(v)
+        obuf = self._empty((B, T, H, D))
+        out = obuf.transpose(0, 2, 1, 3)
+        os_ = self._strides(out)
+        lse = cp.empty((B, H, T), dtype=cp.float32)
+        BM = 64
+        SD = D + 8
+        smem = (BM * SD + 4 * _FLASH_BN * SD) * 2
+        fn = self._fn(f"flash_fwd_d{D}", "flash_attn.cu")
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+        fn(((T + BM - 1) // BM, B * H), (128,),
+           (q, k, v, out, lse, _i32(H), _i32(K), _i32(T), _i32(S), *qs, *ks, *vs, *os_,
+            _f32(scale_log2)), shared_mem=smem)
+        return out, lse
+
+    def attention_backward(self, dout, q, k, v, out, lse, block=None):
+        """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D)."""
+        if not self._flash_ok(q, k):
+            return self._attention_backward_ref(dout, q, k, v, out, lse)
+        B, H, T, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        q, qs = self._bhtd(q)
+        k, ks = self._bhtd(k)
+        v, vs = self._bhtd(v)
+        dout, ds = self._bhtd(self._act(dout) if dout.dtype != self.act_dtype else dout)
+        out, os_ = self._bhtd(out)
+        lse = cp.ascontiguousarray(lse, dtype=cp.float32)
+        rows = B * H * T
+        delta = cp.empty((rows,), dtype=cp.float32)
+        dq_acc = cp.empty((B, H, T, D), dtype=cp.float32)
+        self._fn("flash_bwd_pre", "flash_attn.cu")(
+            ((rows + 7) // 8,), (256,),
+            (dout, out, delta, dq_acc, _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
+        dk = self._empty((B, K, S, D))
+        dv = self._empty((B, K, S, D))
+        BM = 64 if D == 64 else 32
+        SD = D + 8
+        smem = (2 * _FLASH_BN * SD + 4 * BM * SD + _FLASH_BN * (BM + 8)) * 2 + 4 * BM * 4
+        fn = self._fn(f"flash_bwd_d{D}", "flash_attn.cu")
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        scale = 1.0 / math.sqrt(D)
+        fn(((S + _FLASH_BN - 1) // _FLASH_BN, B * K), (128,),
+           (q, k, v, dout, lse, delta, dq_acc, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
+            *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634)), shared_mem=smem)
+        dq = self._empty((B, H, T, D))
+        n2 = dq.size // 2
+        self._fn("flash_dq_convert", "flash_attn.cu")(
+            (_blocks(n2),), (256,), (dq_acc, dq, _f32(scale), _i64(n2)))
+        return dq, dk, dv
+
+    # the simple path: cuBLAS products and CuPy softmax, blocked over queries as the reference,
+    # computed in fp32 (fp64 stays fp64)
+    _REF_BLOCK = 512
+
+    def _attention_forward_ref(self, q, k, v):
+        B, H, T, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        G = H // K
+        wt = cp.float64 if q.dtype == np.float64 else cp.float32
+        scale = 1.0 / math.sqrt(D)
+        qg = q.astype(wt).reshape(B, K, G, T, D)
+        kf, vf = k.astype(wt), v.astype(wt)
+        out = cp.empty((B, K, G, T, D), dtype=wt)
+        lse = cp.empty((B, K, G, T), dtype=cp.float32)
+        for q0 in range(0, T, self._REF_BLOCK):
+            q1 = min(T, q0 + self._REF_BLOCK)
+            kend = S - T + q1
+            s = cp.matmul(qg[:, :, :, q0:q1], kf[:, :, None, :kend].swapaxes(-1, -2)) * scale
+            s = self._mask(s, q0, S, T)
+            m = s.max(axis=-1, keepdims=True)
+            p = cp.exp(s - m)
+            l = p.sum(axis=-1, keepdims=True)
+            out[:, :, :, q0:q1] = cp.matmul(p, vf[:, :, None, :kend]) / l
+            lse[:, :, :, q0:q1] = (m + cp.log(l))[..., 0]
+        return out.reshape(B, H, T, D).astype(q.dtype), lse.reshape(B, H, T)
+
+    @staticmethod
+    def _mask(s, q0, S, T):
+        b, kend = s.shape[-2], s.shape[-1]
+        cols = cp.arange(kend)[None, :]
+        rows = (S - T + q0) + cp.arange(b)[:, None]
+        return cp.where(cols > rows, -cp.inf, s)
+
+    def _attention_backward_ref(self, dout, q, k, v, out, lse):
+        B, H, T, D = q.shape
+        K, S = k.shape[1], k.shape[2]
+        G = H // K
+        wt = cp.float64 if q.dtype == np.float64 else cp.float32
+        scale = 1.0 / math.sqrt(D)
+        qg = q.astype(wt).reshape(B, K, G, T, D)
+        dog = dout.astype(wt).reshape(B, K, G, T, D)
+        kf, vf = k.astype(wt), v.astype(wt)
+        lseg = lse.astype(wt).reshape(B, K, G, T)
+        delta = cp.sum(dout.astype(wt) * out.astype(wt), axis=-1).reshape(B, K, G, T)
+        dq = cp.empty_like(qg)
+        dk = cp.zeros(kf.shape, dtype=wt)
+        dv = cp.zeros(vf.shape, dtype=wt)
+        for q0 in range(0, T, self._REF_BLOCK):
+            q1 = min(T, q0 + self._REF_BLOCK)
+            kend = S - T + q1
+            qb, dob = qg[:, :, :, q0:q1], dog[:, :, :, q0:q1]
+            s = cp.matmul(qb, kf[:, :, None, :kend].swapaxes(-1, -2)) * scale
+            s = self._mask(s, q0, S, T)
+            p = cp.exp(s - lseg[:, :, :, q0:q1, None])
+            dv[:, :, :kend] += cp.matmul(p.swapaxes(-1, -2), dob).sum(axis=2)
+            dp = cp.matmul(dob, vf[:, :, None, :kend].swapaxes(-1, -2))
+            dsc = p * (dp - delta[:, :, :, q0:q1, None]) * scale
+            dq[:, :, :, q0:q1] = cp.matmul(dsc, kf[:, :, None, :kend])
+            dk[:, :, :kend] += cp.matmul(dsc.swapaxes(-1, -2), qb).sum(axis=2)
+        return (dq.reshape(B, H, T, D).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype))
+
+    # ------------------------------------------------------------------ SwiGLU
+    def swiglu_forward(self, h):
+        """h (N, 2F) -> out (N, F), cache h."""
+        h = self._act(h)
+        N, F2 = h.shape
+        F = F2 // 2
+        out = self._empty((N, F))
+        vec = F % 8 == 0
+        total = N * F // (8 if vec else 1)
+        self._fn("swiglu_fwd_v8" if vec else "swiglu_fwd")((_blocks(total),), (256,),
+                                                           (h, out, _i64(N), _i32(F)))
+        return out, h
+
+    def swiglu_backward(self, dout, cache):
+        """dout (N, F) -> dh (N, 2F)."""
+        h = cache
+        dout = self._act(dout)
+        N, F2 = h.shape
+        F = F2 // 2
+        dh = self._empty((N, F2))
+        vec = F % 8 == 0
+        total = N * F // (8 if vec else 1)
+        self._fn("swiglu_bwd_v8" if vec else "swiglu_bwd")((_blocks(total),), (256,),
+                                                           (dout, h, dh, _i64(N), _i32(F)))
+        return dh
+
+    # ------------------------------------------------------------------ cross-entropy
+    def cross_entropy_forward(self, logits, targets):
+        """logits (N, V), targets (N,) int -> losses (N,) fp32 in nats, cache (logits, targets,
+        row log-sum-exp): no probability tensor is kept."""
+        logits = self._act(logits)
+        targets = cp.ascontiguousarray(cp.asarray(targets), dtype=cp.int32)
+        N, V = logits.shape
+        losses = cp.empty((N,), dtype=cp.float32)
+        lse = cp.empty((N,), dtype=cp.float32)
+        self._fn("ce_fwd")(((N + 7) // 8,), (256,), (logits, targets, losses, lse, _i64(N), _i32(V)))
+        return losses, (logits, targets, lse)
+
+    def cross_entropy_backward(self, dlosses, cache):
+        """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses."""
+        logits, targets, lse = cache
+        N, V = logits.shape
+        dl = cp.ascontiguousarray(cp.asarray(dlosses), dtype=cp.float32)
+        d = self._empty((N, V))
+        self._fn("ce_bwd")((_blocks(N * V),), (256,), (logits, targets, lse, dl, d, _i64(N), _i32(V)))
+        return d
+
+    def log_softmax(self, logits):
+        """logits (..., V) -> log-probabilities (fp32), for sampling and scoring."""
+        x = cp.asarray(logits).astype(cp.float32)
+        m = x.max(axis=-1, keepdims=True)
+        z = x - m
+        return z - cp.log(cp.exp(z).sum(axis=-1, keepdims=True))
+
+    # ------------------------------------------------------------------ optimizer hooks
+    def global_norm(self, grads):
+        """grads (P,) fp32 -> 0-d fp32 device array: sqrt(sum(grads^2)); inf/nan when any
+        gradient is non-finite. Deterministic (fixed grid, two passes). No host sync."""
+        n = grads.shape[0]
+        nb = 2 * self.sm_count
+        if self._norm_partial is None:
+            self._norm_partial = cp.empty((nb,), dtype=cp.float32)
+        out = cp.empty((), dtype=cp.float32)
+        self._fn("sumsq_partial")((nb,), (512,), (grads, _i64(n), self._norm_partial))
+        self._fn("sumsq_final")((1,), (1024,), (self._norm_partial, _i32(nb), out))
+        return out
+
+    def adamw_step(self, params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay,
+                   step, inv_scale=1.0, clip=0.0, norm=None):
+        """One AdamW step over the flat fp32 buffers, in one launch (PyTorch's AdamW formula).
+
+        grads are multiplied by inv_scale (1 / loss scale) and, if clip > 0 and the unscaled
+        norm (norm * inv_scale, with norm from global_norm) exceeds clip, by clip / that norm.
+        If norm is given and not finite the kernel changes nothing: the step is skipped on the
+        device (the caller reads the norm when it likes to adjust the loss scale).
+        Also refreshes the compute-dtype weight copy that compute_weights returns next.
+        """
+        n = params.shape[0]
+        assert n % 4 == 0 and params.dtype == np.float32
+        bc1 = 1.0 - beta1 ** step
+        bc2 = 1.0 - beta2 ** step
+        pc = np.uint64(0)
+        if self.precision != "fp32":
+            if self._cw is None or self._cw.shape[0] != n:
+                self._cw = self._empty((n,))
+            pc = self._cw
+        if norm is None:
+            norm_arg = np.uint64(0)
+        else:
+            norm_arg = norm
+        self._fn("adamw_step")((_blocks(n // 4, 256, self.sm_count * 8),), (256,),
+                               (params, grads, m, v, decay_mask, pc, _i64(n), _f32(lr),
+                                _f32(beta1), _f32(beta2), _f32(eps), _f32(weight_decay),
+                                _f32(bc1), _f32(bc2), norm_arg, _f32(inv_scale), _f32(clip)))
+        if self.precision != "fp32":
+            self._cw_fresh = True
+
+
+class LossScaler:
+    """Dynamic loss scaling (as torch.cuda.amp.GradScaler): multiply the loss gradient by
+    `scale`; a step whose gradients overflow is skipped and halves the scale; `interval` clean
+    steps in a row double it. Pure Python; the overflow test is the global norm being finite."""
+
+    def __init__(self, scale: float = 2.0 ** 16, growth: float = 2.0, backoff: float = 0.5,
+                 interval: int = 1000, min_scale: float = 1.0, max_scale: float = 2.0 ** 24):
+        self.scale, self.growth, self.backoff, self.interval = scale, growth, backoff, interval
+        self.min_scale, self.max_scale = min_scale, max_scale
+        self.good = 0
+        self.skipped = 0
+
+    def update(self, norm: float) -> bool:
+        """norm: the global norm of the scaled gradients. Returns True if the step was applied."""
+        if not math.isfinite(norm):
+            self.scale = max(self.min_scale, self.scale * self.backoff)
+            self.good = 0
+            self.skipped += 1
+            return False
+        self.good += 1
+        if self.good >= self.interval:
+            self.scale = min(self.max_scale, self.scale * self.growth)
+            self.good = 0
+        return True

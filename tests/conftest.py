@@ -1,0 +1,22 @@
+import numpy as np
+import pytest
+
+# a small model and short runs so the training tests take seconds on two cores
+FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=512, warmup=2,
+            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
+
+
+@pytest.fixture
+def fast_settings():
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in FAST.items()}
+
+
+@pytest.fixture
+def dna_file(tmp_path):
+    """Synthetic DNA with repeated motifs: learnable, 6 kB."""
+    rng = np.random.default_rng(0)
+    motifs = ["".join(rng.choice(list("ACGT"), 12)) for _ in range(8)]
+    seq = "".join(motifs[i] for i in rng.integers(0, 8, 500))
+    p = tmp_path / "toy.txt"
+    p.write_text(seq)
+    return p
