@@ -9,7 +9,7 @@ from .errors import ConfigError
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = 320        # tokenizer vocabulary rounded up to a multiple of 64 (GPU-friendly)
+    vocab_size: int = 257        # the tokenizer's vocabulary: 256 bytes + merges + specials
     d_model: int = 128           # C
     n_layers: int = 4            # L
     n_heads: int = 4             # H; head dim D = d_model // n_heads
@@ -78,14 +78,10 @@ PRESETS = {
 }
 
 
-def padded_vocab(n: int, multiple: int = 64) -> int:
-    return (n + multiple - 1) // multiple * multiple
-
-
 def preset(name: str, vocab: int = 257, **overrides) -> ModelConfig:
     """A preset's config for a tokenizer of `vocab` ids, with any field overridden."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    d = dict(PRESETS[name], vocab_size=padded_vocab(vocab))
+    d = dict(PRESETS[name], vocab_size=vocab)
     d.update({k: v for k, v in overrides.items() if v is not None})
     return ModelConfig.from_dict(d)

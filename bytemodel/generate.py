@@ -1,7 +1,6 @@
 """Generation with a KV cache, and scoring bytes under a model.
 
-Sampling: logits of the real vocabulary (ids past the tokenizer's are padding and never sampled)
-divided by the temperature, then top-k, then top-p (nucleus), then one draw from a NumPy
+Sampling: logits divided by the temperature, then top-k, then top-p (nucleus), then one draw from a NumPy
 Generator seeded by `seed`: the same seed gives the same bytes. Temperature 0 is greedy.
 
 When the cache is full (context tokens), the last context/2 tokens are re-read into a fresh cache

@@ -43,8 +43,8 @@ def test_layout_is_one_aligned_flat_buffer():
     v = views(m.params, cfg)
     assert all(np.shares_memory(t, m.params) for t in v.values())
     assert m.p["layers.0.wqkv"].shape == (128, 3 * 128)
-    # by hand: embedding + head 2*320*128, per layer 4*128^2 (q,k,v,o) + 3*128*384 (SwiGLU) + 2*128 gains
-    assert n_params(cfg) == 2 * 320 * 128 + 4 * (4 * 128 * 128 + 3 * 128 * 384 + 2 * 128) + 128
+    # by hand: embedding + head 2*257*128 (256 bytes + the separator), per layer 4*128^2 (q,k,v,o) + 3*128*384 (SwiGLU) + 2*128 gains
+    assert n_params(cfg) == 2 * 257 * 128 + 4 * (4 * 128 * 128 + 3 * 128 * 384 + 2 * 128) + 128
 
 
 def test_presets_and_validation():
