@@ -1,0 +1,87 @@
+"""Maintainer helper: (re)build bytemodel/data/catalogue.json with checksums of the files installed here.
+
+Run from the repository root on Debian 12 with every package named below installed:
+    python datasets/make_catalogue.py
+"""
+import json, hashlib, gzip
+from pathlib import Path
+from bytemodel.datasets import sha256_file, glob_files, tree_sha256
+
+def files(pkg, paths, names=None):
+    return {"kind": "debian", "package": pkg,
+            "files": [{"path": p, "sha256": sha256_file(p)} for p in paths]}
+
+def globsrc(pkg, base, pattern):
+    fs = glob_files(base, pattern)
+    return {"kind": "debian", "package": pkg, "base": base, "glob": pattern, "count": len(fs),
+            "tree_sha256": tree_sha256({r: sha256_file(p) for r, p in fs.items()})}
+
+DATA = Path("bytemodel/data")
+lam = DATA / "lambda_virus.fa"
+klebs = sorted(Path("/usr/share/doc/kleborate/examples/data").glob("*.fna.xz"))
+D = []
+D.append(dict(name="lambda-phage", type="dna", reader="fasta",
+  licence="public domain (genome sequence, NCBI NC_001416.1)",
+  description="Enterobacteria phage lambda, complete genome (one FASTA record)", size="48.5 kB",
+  sources=[{"kind": "shipped", "files": [{"path": "lambda_virus.fa", "sha256": sha256_file(lam)}]},
+           files("bowtie2-examples", ["/usr/share/doc/bowtie2/examples/reference/lambda_virus.fa.gz"]),
+           {"kind": "url", "files": [{"url": "https://raw.githubusercontent.com/BenLangmead/bowtie2/master/example/reference/lambda_virus.fa",
+             "name": "lambda_virus.fa", "sha256": sha256_file(lam)}],
+            "note": "sha256 of the Debian copy (decompressed); a download that differs is refused"}]))
+D.append(dict(name="klebsiella", type="dna", reader="fasta",
+  licence="public data (GenBank CP003200, CP003785, CP000647, AP006725)",
+  description="four Klebsiella pneumoniae genomes with plasmids, multi-FASTA, xz-compressed", size="22.5 MB",
+  sources=[files("kleborate-examples", [str(p) for p in klebs])]))
+D.append(dict(name="jargon", type="text", reader="text",
+  licence="public domain",
+  description="The Jargon File 4.4.7, plain text, gzip-compressed", size="1.7 MB",
+  sources=[files("jargon-text", ["/usr/share/doc/jargon-text/jargon.txt.gz"])]))
+D.append(dict(name="gcide", type="text", reader="text:encoding=cp1252",
+  licence="GPL-2+",
+  description="GCIDE dictionary text in dictd format (dictzip = gzip); 3 cp1252 bytes, else ASCII", size="40 MB",
+  sources=[files("dict-gcide", ["/usr/share/dictd/gcide.dict.dz"])]))
+D.append(dict(name="fortunes", type="text", reader="text:sep=%",
+  licence="BSD (fortune-mod)",
+  description="fortune cookies, one document per quip (files separated by % lines)", size="0.1 MB",
+  sources=[files("fortunes-min", ["/usr/share/games/fortunes/fortunes", "/usr/share/games/fortunes/literature",
+                                  "/usr/share/games/fortunes/riddles"])]))
+D.append(dict(name="codec2-speech", type="audio", reader="audio",
+  licence="LGPL-2.1",
+  description="speech clips, 8 kHz (one 16 kHz) mono WAV, from the codec2 examples", size="4.2 MB",
+  sources=[globsrc("codec2-examples", "/usr/share/codec2/wav", "*.wav")]))
+D.append(dict(name="alsa-sounds", type="audio", reader="audio",
+  licence="GPL-2",
+  description="ALSA speaker-test voice prompts (Front Left, ...) and noise, 48 kHz WAV", size="1.2 MB",
+  sources=[globsrc("alsa-utils", "/usr/share/sounds/alsa", "*.wav")]))
+D.append(dict(name="freedesktop-sounds", type="audio", reader="audio",
+  licence="GPL-2+ / CC-BY-3.0 / CC-BY-SA-3.0 per file",
+  description="desktop event sounds (bells, clicks, voices), Ogg Vorbis", size="0.5 MB",
+  sources=[globsrc("sound-theme-freedesktop", "/usr/share/sounds/freedesktop/stereo", "*.oga")]))
+D.append(dict(name="tango-icons", type="image", reader="image",
+  licence="public domain",
+  description="Tango icons, 32x32 RGBA PNG, real files only (symlinked aliases skipped)", size="0.9 MB",
+  sources=[globsrc("tango-icon-theme", "/usr/share/icons/Tango/32x32", "*/*.png")]))
+D.append(dict(name="mate-nature", type="image", reader="image:size=64x64",
+  licence="GPL-2+",
+  description="MATE desktop nature photos, JPEG, up to 2560x1600", size="6.6 MB",
+  sources=[globsrc("mate-backgrounds", "/usr/share/backgrounds/mate/nature", "*.jpg")]))
+D.append(dict(name="debian-grub", type="image", reader="image:size=64x48",
+  licence="GPL-2+ / CC-BY-SA per theme",
+  description="Debian theme GRUB background images, PNG", size="1.5 MB",
+  sources=[globsrc("desktop-base", "/usr/share/desktop-base", "*-theme/grub/*.png")]))
+D.append(dict(name="elf-ls", type="binary", reader="raw",
+  licence="GPL-3+",
+  description="the ELF executable /usr/bin/ls of this machine (no checksum: it differs per build)", size="0.14 MB",
+  sources=[{"kind": "local", "files": [{"path": "/usr/bin/ls"}]}]))
+D.append(dict(name="lambda-phage-zst", type="zstd", reader="zstd",
+  licence="public domain",
+  description="the lambda phage FASTA file compressed with zstd level 19 (made locally)", size="14 kB",
+  sources=[{"kind": "derived", "from": "lambda-phage", "input": "lambda_virus.fa", "recipe": "zstd-19",
+            "name": "lambda_virus.fa.zst", "content_sha256": sha256_file(lam)}]))
+cat = {"version": 1,
+       "note": "checksums computed from the files of the Debian 12 (bookworm) packages named",
+       "datasets": D}
+(DATA / "catalogue.json").write_text(json.dumps(cat, indent=1) + "\n")
+for d in D:
+    for s in d["sources"]:
+        print(d["name"], s["kind"], s.get("count", ""), s.get("package", ""))
