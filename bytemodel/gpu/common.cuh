@@ -7,6 +7,10 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#ifndef INFINITY   // NVRTC has no <math.h>
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 typedef unsigned int u32;
 typedef long long i64;
 

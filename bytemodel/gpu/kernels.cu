@@ -367,7 +367,7 @@ extern "C" __global__ void sumsq_final(const float* __restrict__ partial, int np
 }
 
 // AdamW (PyTorch's form: decoupled decay p *= 1 - lr*wd where mask is 1), one launch over the flat
-// buffer. The gradient is multiplied by inv_scale (undo the loss scale) and, when clip > 0 and the
+// buffer. The gradient is multiplied by grad_scale (undo the loss scale, maybe times a clip factor) and, when clip > 0 and the
 // unscaled norm exceeds clip, by clip / norm. If the norm (read on the device, so the host need not
 // wait) is not finite, nothing changes: the step is skipped. Also writes the compute-dtype copy of
 // the updated weights when pc is not null. n is a multiple of 4.
@@ -376,10 +376,10 @@ extern "C" __global__ void adamw_step(float* __restrict__ p, const float* __rest
                                       const float* __restrict__ mask, act_t* __restrict__ pc,
                                       long long n, float lr, float b1, float b2, float eps, float wd,
                                       float bc1, float bc2, const float* __restrict__ norm_ptr,
-                                      float inv_scale, float clip) {
-    float nrm = norm_ptr ? norm_ptr[0] * inv_scale : 0.f;
+                                      float grad_scale, float clip) {
+    float nrm = norm_ptr ? norm_ptr[0] * grad_scale : 0.f;
     if (!isfinite(nrm)) return;
-    float mult = inv_scale * ((clip > 0.f && nrm > clip) ? clip / (nrm + 1e-6f) : 1.f);
+    float mult = grad_scale * ((clip > 0.f && nrm > clip) ? clip / (nrm + 1e-6f) : 1.f);
     i64 n4 = n / 4;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
         float4 pp = reinterpret_cast<float4*>(p)[i];

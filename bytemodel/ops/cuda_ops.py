@@ -22,7 +22,7 @@ Hooks for the optimizer and training loop (called when present, see docs/GPU.md)
     compute_weights(flat_fp32) -> flat buffer in the compute dtype (a cast copy)
     global_norm(grads) -> 0-d fp32 device array, the L2 norm (inf/nan if any gradient is)
     adamw_step(params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay, step,
-               inv_scale=1.0, clip=0.0, norm=None)   one launch over the flat buffer
+               grad_scale=1.0, clip=0.0, norm=None)   one launch over the flat buffer
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ class CudaBackend:
         self._beta0 = np.zeros(1, dtype=np.float32)
         self._beta1 = np.ones(1, dtype=np.float32)
         self._cw = None                 # compute-dtype copy of the master weights
-        self._cw_fresh = False          # set by adamw_step when it wrote _cw itself
+        self._cw_fresh = None           # data pointer of the params adamw_step last cast into _cw
         self._norm_partial = None
         self.sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
 
@@ -150,11 +150,11 @@ class CudaBackend:
         n = flat.shape[0]
         if self._cw is None or self._cw.shape[0] != n:
             self._cw = self._empty((n,))
-            self._cw_fresh = False
-        if not self._cw_fresh:
+            self._cw_fresh = None
+        if self._cw_fresh != flat.data.ptr:     # not written by the last adamw_step
             self._fn("cast_f32_act")((_blocks(n // 4),), (256,),
                                       (cp.ascontiguousarray(flat, dtype=cp.float32), self._cw, _i64(n)))
-        self._cw_fresh = False
+        self._cw_fresh = None                   # cast again next time unless a step writes it
         return self._cw
 
     # ------------------------------------------------------------------ cuBLAS
@@ -548,11 +548,12 @@ class CudaBackend:
         return out
 
     def adamw_step(self, params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay,
-                   step, inv_scale=1.0, clip=0.0, norm=None):
+                   step, grad_scale=1.0, clip=0.0, norm=None):
         """One AdamW step over the flat fp32 buffers, in one launch (PyTorch's AdamW formula).
 
-        grads are multiplied by inv_scale (1 / loss scale) and, if clip > 0 and the unscaled
-        norm (norm * inv_scale, with norm from global_norm) exceeds clip, by clip / that norm.
+        grads are multiplied by grad_scale (1 / loss scale, times a clip factor the caller may
+        have folded in) and, if clip > 0 and the unscaled norm (norm * grad_scale, with norm
+        from global_norm) exceeds clip, also by clip / that norm (clipping on the device).
         If norm is given and not finite the kernel changes nothing: the step is skipped on the
         device (the caller reads the norm when it likes to adjust the loss scale).
         Also refreshes the compute-dtype weight copy that compute_weights returns next.
@@ -573,32 +574,7 @@ class CudaBackend:
         self._fn("adamw_step")((_blocks(n // 4, 256, self.sm_count * 8),), (256,),
                                (params, grads, m, v, decay_mask, pc, _i64(n), _f32(lr),
                                 _f32(beta1), _f32(beta2), _f32(eps), _f32(weight_decay),
-                                _f32(bc1), _f32(bc2), norm_arg, _f32(inv_scale), _f32(clip)))
+                                _f32(bc1), _f32(bc2), norm_arg, _f32(grad_scale), _f32(clip)))
         if self.precision != "fp32":
-            self._cw_fresh = True
+            self._cw_fresh = params.data.ptr
 
-
-class LossScaler:
-    """Dynamic loss scaling (as torch.cuda.amp.GradScaler): multiply the loss gradient by
-    `scale`; a step whose gradients overflow is skipped and halves the scale; `interval` clean
-    steps in a row double it. Pure Python; the overflow test is the global norm being finite."""
-
-    def __init__(self, scale: float = 2.0 ** 16, growth: float = 2.0, backoff: float = 0.5,
-                 interval: int = 1000, min_scale: float = 1.0, max_scale: float = 2.0 ** 24):
-        self.scale, self.growth, self.backoff, self.interval = scale, growth, backoff, interval
-        self.min_scale, self.max_scale = min_scale, max_scale
-        self.good = 0
-        self.skipped = 0
-
-    def update(self, norm: float) -> bool:
-        """norm: the global norm of the scaled gradients. Returns True if the step was applied."""
-        if not math.isfinite(norm):
-            self.scale = max(self.min_scale, self.scale * self.backoff)
-            self.good = 0
-            self.skipped += 1
-            return False
-        self.good += 1
-        if self.good >= self.interval:
-            self.scale = min(self.max_scale, self.scale * self.growth)
-            self.good = 0
-        return True
