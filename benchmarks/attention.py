@@ -52,15 +52,28 @@ def median_ms_torch(fn, warm=3, reps=20):
 
 
 def ours(B, H, T, D):
+    """-> {("fwd"|"bwd", version): ms} for every kernel version of this head dim."""
     import cupy as cp
-    from bytemodel.ops.cuda_ops import CudaBackend
+    from bytemodel.ops.cuda_ops import FLASH_BWD, FLASH_DEFAULT, FLASH_FWD, CudaBackend
     ops = CudaBackend("fp16")
     rng = cp.random.default_rng(0)
     q, k, v, do = (rng.standard_normal((B, H, T, D), dtype=cp.float32).astype(cp.float16) for _ in range(4))
+    res = {}
+    fdef, bdef = FLASH_DEFAULT[D]
+    for (ver, d) in FLASH_FWD:
+        if d == D:
+            ops.flash_versions[D] = (ver, bdef)
+            res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
+    ops.flash_versions[D] = (fdef, bdef)
     out, lse = ops.attention_forward(q, k, v)
-    f = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
-    b = median_ms_cupy(lambda: ops.attention_backward(do, q, k, v, out, lse))
-    return f, b
+    for (ver, d) in FLASH_BWD:
+        if d == D:
+            ops.flash_versions[D] = (fdef, ver)
+            res[("bwd", ver)] = median_ms_cupy(lambda: ops.attention_backward(do, q, k, v, out, lse))
+    ops.flash_versions[D] = (fdef, bdef)
+    res[("fwd", "default")] = res[("fwd", fdef)]
+    res[("bwd", "default")] = res[("bwd", bdef)]
+    return res
 
 
 def sdpa(B, H, T, D):
@@ -89,9 +102,13 @@ def main():
     print(f"{'B,H,T,D':>18} | {'ours fwd':>9} {'bwd':>7} | {'SDPA fwd':>9} {'bwd':>7} | TFLOP/s; ratio fwd/bwd")
     for B, H, T, D in shapes:
         fl = 4.0 * B * H * T * T * D / 2
-        of, ob = ours(B, H, T, D)
+        res = ours(B, H, T, D)
+        of, ob = res[("fwd", "default")], res[("bwd", "default")]
         r = dict(shape=[B, H, T, D], ours_fwd_ms=of, ours_bwd_ms=ob,
-                 ours_fwd_tflops=fl / of / 1e9, ours_bwd_tflops=2.5 * fl / ob / 1e9)
+                 ours_fwd_tflops=fl / of / 1e9, ours_bwd_tflops=2.5 * fl / ob / 1e9,
+                 versions={f"{p} {v}": (fl if p == "fwd" else 2.5 * fl) / ms / 1e9
+                           for (p, v), ms in res.items() if v != "default"})
+        print("   versions (TFLOP/s): " + ", ".join(f"{k} {x:.1f}" for k, x in r["versions"].items()))
         if not a.no_torch:
             try:
                 sf, sb = sdpa(B, H, T, D)

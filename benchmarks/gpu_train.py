@@ -129,6 +129,80 @@ def ours(name, B, T, steps, flash=True, graph=False, precision="fp16"):
 
 
 # ------------------------------------------------------------------------------------------------
+OPS = ["embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_backward",
+       "matmul_forward", "matmul_backward", "qkv_rope_forward", "qkv_rope_backward",
+       "merge_heads_forward", "merge_heads_backward", "attention_forward", "attention_backward",
+       "swiglu_forward", "swiglu_backward", "cross_entropy_forward", "cross_entropy_backward",
+       "compute_weights", "global_norm", "adamw_step"]
+
+
+def profile(name, B, T):
+    """GPU time per op (CUDA events around each backend call) over one training step; the rest
+    (CuPy residual adds, grad zeroing) is the difference to the whole step."""
+    import cupy as cp
+    from bytemodel.model import Model
+    from bytemodel.ops.cuda_ops import CudaBackend
+    cfg = preset(name)
+    ops = CudaBackend("fp16")
+    model = Model(cfg, ops)
+    model.init_weights(0)
+    m, v, mask = cp.zeros_like(model.params), cp.zeros_like(model.params), model.decay_mask()
+    rng = np.random.default_rng(0)
+    idx = cp.asarray(rng.integers(0, 256, size=(B, T)), dtype=cp.int32)
+    N = B * T
+    dl = cp.full(N, 1024.0 / N, dtype=cp.float32)
+    recs = []
+
+    def wrap(op):
+        f = getattr(ops, op)
+
+        def w(*a, **k):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            r = f(*a, **k)
+            e1.record()
+            key = op
+            if op.startswith("matmul"):
+                key = f"{op} {a[0].shape[0]}x{a[1].shape[0] if op == 'matmul_forward' else a[2].shape[0]}" \
+                      f"x{a[1].shape[1] if op == 'matmul_forward' else a[2].shape[1]}"
+            recs.append((key, e0, e1))
+            return r
+        setattr(ops, op, w)
+
+    def step():
+        model.grads.fill(0)
+        model.forward(idx, idx)
+        model.backward(dl)
+        nrm = ops.global_norm(model.grads)
+        ops.adamw_step(model.params, model.grads, m, v, mask, lr=1e-4, beta1=0.9, beta2=0.95,
+                       eps=1e-8, weight_decay=0.1, step=1, grad_scale=1 / 1024, clip=1.0, norm=nrm)
+
+    step()
+    for op in OPS:
+        wrap(op)
+    step()
+    recs.clear()
+    cp.cuda.Device().synchronize()
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+    e0.record()
+    step()
+    e1.record()
+    e1.synchronize()
+    total = cp.cuda.get_elapsed_time(e0, e1)
+    agg = {}
+    for key, a, b in recs:
+        t = cp.cuda.get_elapsed_time(a, b)
+        c, s = agg.get(key, (0, 0.0))
+        agg[key] = (c + 1, s + t)
+    print(f"--- profile {name} (B={B}, T={T}): step {total:.2f} ms (event-wrapped)")
+    for key, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {key:45s} {c:4d} calls {t:8.2f} ms {100 * t / total:5.1f}%")
+    print(f"  {'other (CuPy adds, zeroing, gaps)':45s}      {total - sum(t for _, t in agg.values()):8.2f} ms")
+    del model, m, v
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+# ------------------------------------------------------------------------------------------------
 def torch_model(cfg):
     import torch
     import torch.nn as nn
@@ -240,7 +314,12 @@ def main():
     ap.add_argument("--graph", action="store_true", help="also time a CUDA-graph replay of our step")
     ap.add_argument("--bf16", action="store_true", help="also time bf16 (ours and compiled PyTorch)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile", action="store_true", help="only print a per-op GPU time profile")
     a = ap.parse_args()
+    if a.profile:
+        for name in a.presets:
+            profile(name, *RUNS[name])
+        return
 
     peak = cublas_peak()
     print(f"cuBLAS fp16 peak (8192^3, fp32 accumulate): {peak:.0f} TFLOP/s", flush=True)

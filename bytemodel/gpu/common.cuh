@@ -56,3 +56,26 @@ __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
+
+// VW = 8: one 16-byte access of 8 activations (needs 8-element alignment); VW = 1: one element
+template <int VW>
+__device__ __forceinline__ void load_row(const act_t* p, int c, float* f) {
+    if (VW == 8) {
+        vec8 v = *reinterpret_cast<const vec8*>(p + c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = to_f(v.v[i]);
+    } else {
+        f[0] = to_f(p[c]);
+    }
+}
+template <int VW>
+__device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
+    if (VW == 8) {
+        vec8 v;
+#pragma unroll
+        for (int i = 0; i < 8; i++) v.v[i] = from_f(f[i]);
+        *reinterpret_cast<vec8*>(p + c) = v;
+    } else {
+        p[c] = from_f(f[0]);
+    }
+}

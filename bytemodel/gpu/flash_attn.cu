@@ -78,21 +78,24 @@ __device__ __forceinline__ void load_tile(act_t* s, const act_t* g, i64 rs, int 
 }
 
 // ------------------------------------------------------------------------------------------------
-template <int D, int NW>
+// Forward. Each warp owns MT m-tiles of 16 query rows (BM = 16 * MT * NW rows per CTA), so every
+// K/V fragment read from shared memory feeds MT tensor-core products. QREG keeps the Q fragments
+// in registers for the whole CTA (head dim 64); otherwise they are re-read per key tile.
+template <int D, int MT, int BN, int NW, bool QREG>
 __device__ __forceinline__ void flash_fwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
     i64 osb, i64 osh, i64 ost, float scale_log2) {
-    constexpr int BM = 16 * NW, BN = 64, SD = D + 8, NT = 32 * NW;
+    constexpr int BM = 16 * MT * NW, SD = D + 8, NT = 32 * NW;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     act_t* sQ = reinterpret_cast<act_t*>(smem_raw);
     act_t* sK = sQ + BM * SD;          // [2][BN][SD]
     act_t* sV = sK + 2 * BN * SD;      // [2][BN][SD]
 
-    const int mt = gridDim.x - 1 - blockIdx.x;    // heaviest (last) query tiles first
+    const int mtile = gridDim.x - 1 - blockIdx.x;    // heaviest (last) query tiles first
     const int bh = blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KH);
-    const int m0 = mt * BM, offset = S - T;
+    const int m0 = mtile * BM, offset = S - T;
     const act_t* q = Q + b * qsb + h * qsh;
     const act_t* k = Kg + b * ksb + kh * ksh;
     const act_t* v = Vg + b * vsb + kh * vsh;
@@ -105,12 +108,16 @@ __device__ __forceinline__ void flash_fwd(
     load_tile<BN, D, NT>(sV, v, vst, 0, S);
     cp_commit();
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-    u32 qf[D / 16][4];
-    const int row0 = m0 + warp * 16 + g;        // this thread's rows: row0 and row0 + 8
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) { mrow[mt][0] = mrow[mt][1] = -INFINITY; lrow[mt][0] = lrow[mt][1] = 0.f; }
+    u32 qf[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+    const int wrow = warp * 16 * MT;            // this warp's first row in the tile
 
     for (int j = 0; j < ntiles; j++) {
         const int st = j & 1;
@@ -123,96 +130,125 @@ __device__ __forceinline__ void flash_fwd(
             cp_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (QREG && j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                ldsm_x4(qf[kk], sQ + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD
-                                    + kk * 16 + (lane / 16) * 8);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    ldsm_x4(qf[QREG ? mt : 0][QREG ? kk : 0],
+                            sQ + (wrow + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8);
         }
         const act_t* cK = sK + st * BN * SD;
         const act_t* cV = sV + st * BN * SD;
-        float s[BN / 8][4];
+        float s[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
+            u32 qa[QREG ? 1 : MT][4];
+            if (!QREG) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    ldsm_x4(qa[QREG ? 0 : mt], sQ + (wrow + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD
+                                                   + kk * 16 + (lane / 16) * 8);
+            }
 #pragma unroll
             for (int nn = 0; nn < BN / 16; nn++) {
                 u32 bf[4];
                 ldsm_x4(bf, cK + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD
                                 + kk * 16 + ((lane / 8) % 2) * 8);
-                mma16816(s[2 * nn], qf[kk], bf[0], bf[1]);
-                mma16816(s[2 * nn + 1], qf[kk], bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    const u32* a = QREG ? qf[QREG ? mt : 0][QREG ? kk : 0] : qa[QREG ? 0 : mt];
+                    mma16816(s[mt][2 * nn], a, bf[0], bf[1]);
+                    mma16816(s[mt][2 * nn + 1], a, bf[2], bf[3]);
+                }
             }
         }
         const int n0 = j * BN;
         if (n0 + BN > S || n0 + BN - 1 > m0 + offset) {   // tile touches the diagonal or the end
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int c = n0 + nt * 8 + 2 * t + (e & 1);
-                    int r = row0 + (e >> 1) * 8;
-                    if (c >= S || c > r + offset) s[nt][e] = -INFINITY;
-                }
+                for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int c = n0 + nt * 8 + 2 * t + (e & 1);
+                        int r = m0 + wrow + mt * 16 + g + (e >> 1) * 8;
+                        if (c >= S || c > r + offset) s[mt][nt][e] = -INFINITY;
+                    }
         }
-        // online softmax, two rows per thread (row0: e = 0,1; row0 + 8: e = 2,3)
+        // online softmax, two rows per thread and m-tile (g: e = 0,1; g + 8: e = 2,3)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int rh = 0; rh < 2; rh++) {
             float mx = -INFINITY;
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++)
-                mx = fmaxf(mx, fmaxf(s[nt][2 * rh], s[nt][2 * rh + 1]));
+                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * rh], s[mt][nt][2 * rh + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mnew = fmaxf(mrow[rh], mx * scale_log2);
+            float mnew = fmaxf(mrow[mt][rh], mx * scale_log2);
             float muse = mnew == -INFINITY ? 0.f : mnew;
-            float alpha = exp2f(mrow[rh] - muse);
-            mrow[rh] = mnew;
+            float alpha = exp2f(mrow[mt][rh] - muse);
+            mrow[mt][rh] = mnew;
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
-                float p0 = exp2f(s[nt][2 * rh] * scale_log2 - muse);
-                float p1 = exp2f(s[nt][2 * rh + 1] * scale_log2 - muse);
-                s[nt][2 * rh] = p0; s[nt][2 * rh + 1] = p1;
+                float p0 = exp2f(s[mt][nt][2 * rh] * scale_log2 - muse);
+                float p1 = exp2f(s[mt][nt][2 * rh + 1] * scale_log2 - muse);
+                s[mt][nt][2 * rh] = p0; s[mt][nt][2 * rh + 1] = p1;
                 sum += p0 + p1;
             }
-            lrow[rh] = lrow[rh] * alpha + sum;
+            lrow[mt][rh] = lrow[mt][rh] * alpha + sum;
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) { o[dn][2 * rh] *= alpha; o[dn][2 * rh + 1] *= alpha; }
+            for (int dn = 0; dn < D / 8; dn++) { o[mt][dn][2 * rh] *= alpha; o[mt][dn][2 * rh + 1] *= alpha; }
         }
         // O += P V
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            u32 pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
-                         pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                         pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            u32 pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dn = 0; dn < D / 16; dn++) {
                 u32 bf[4];
                 ldsm_x4_t(bf, cV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD
                                  + dn * 16 + (lane / 16) * 8);
-                mma16816(o[2 * dn], pa, bf[0], bf[1]);
-                mma16816(o[2 * dn + 1], pa, bf[2], bf[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(o[mt][2 * dn], pa[mt], bf[0], bf[1]);
+                    mma16816(o[mt][2 * dn + 1], pa[mt], bf[2], bf[3]);
+                }
             }
         }
         __syncthreads();
     }
     // finish: divide by the row sums, write O and LSE
 #pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
     for (int rh = 0; rh < 2; rh++) {
-        float l = lrow[rh];
+        float l = lrow[mt][rh];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int r = row0 + rh * 8;
+        int r = m0 + wrow + mt * 16 + g + rh * 8;
         float inv = 1.f / l;
         if (r < T) {
             act_t* orow = O + b * osb + h * osh + (i64)r * ost;
 #pragma unroll
             for (int dn = 0; dn < D / 8; dn++)
                 *reinterpret_cast<act2_t*>(orow + dn * 8 + 2 * t) =
-                    from_f2(o[dn][2 * rh] * inv, o[dn][2 * rh + 1] * inv);
-            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
+                    from_f2(o[mt][dn][2 * rh] * inv, o[mt][dn][2 * rh + 1] * inv);
+            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[mt][rh] + log2f(l)) * LN2;
         }
     }
 }
@@ -249,7 +285,9 @@ extern "C" __global__ void flash_dq_convert(const float* __restrict__ acc, act_t
     }
 }
 
-template <int D, int BM, int NW>
+// Backward. Each warp owns MT m-tiles of 16 keys (BN = 16 * MT * NW keys per CTA): every Q / dO
+// fragment read from shared memory feeds MT products, and dQ gets one atomic per BN keys.
+template <int D, int BM, int MT, int NW>
 __device__ __forceinline__ void flash_bwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
@@ -257,8 +295,9 @@ __device__ __forceinline__ void flash_bwd(
     int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
     i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2) {
-    constexpr int BN = 16 * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
+    constexpr int BN = 16 * MT * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
     constexpr int RG = BM / 16, CG = NW / RG, DC = D / CG;   // dQ: row groups x column groups
+    static_assert(RG * CG == NW && DC % 16 == 0, "dQ warp tiling");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     act_t* sK = reinterpret_cast<act_t*>(smem_raw);   // [BN][SD]
     act_t* sV = sK + BN * SD;                          // [BN][SD]
@@ -304,12 +343,14 @@ __device__ __forceinline__ void flash_bwd(
     load_stage(0, 0);
     cp_commit();
 
-    float dk[D / 8][4], dv[D / 8][4];
+    float dk[MT][D / 8][4], dv[MT][D / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; i++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[i][e] = dv[i][e] = 0.f;
-    const int key0 = n0 + warp * 16 + g;    // this thread's keys: key0 and key0 + 8
+        for (int i = 0; i < D / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][i][e] = dv[mt][i][e] = 0.f;
+    const int wkey = warp * 16 * MT;            // this warp's first key in the tile
 
     for (int it = 0; it < iters; it++) {
         const int st = it & 1;
@@ -327,65 +368,87 @@ __device__ __forceinline__ void flash_bwd(
         const float* cL = sL + st * BM;
         const float* cDl = sDl + st * BM;
 
-        // S^T = K_w Q^T and dP^T = V_w dO^T  (16 keys x BM queries per warp)
-        float sp[BM / 8][4], dp[BM / 8][4];
+        // S^T = K_w Q^T and dP^T = V_w dO^T  (16 keys x BM queries per m-tile)
+        float sp[MT][BM / 8][4], dp[MT][BM / 8][4];
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) sp[i][e] = dp[i][e] = 0.f;
+            for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sp[mt][i][e] = dp[mt][i][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            u32 ka[4], va[4];
-            ldsm_x4(ka, sK + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8);
-            ldsm_x4(va, sV + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8);
+            u32 ka[MT][4], va[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const int ro = (wkey + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + kk * 16 + (lane / 16) * 8;
+                ldsm_x4(ka[mt], sK + ro);
+                ldsm_x4(va[mt], sV + ro);
+            }
 #pragma unroll
             for (int nn = 0; nn < BM / 16; nn++) {
                 u32 qb[4], ob[4];
-                ldsm_x4(qb, cQ + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD + kk * 16 + ((lane / 8) % 2) * 8);
-                ldsm_x4(ob, cdO + (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD + kk * 16 + ((lane / 8) % 2) * 8);
-                mma16816(sp[2 * nn], ka, qb[0], qb[1]);
-                mma16816(sp[2 * nn + 1], ka, qb[2], qb[3]);
-                mma16816(dp[2 * nn], va, ob[0], ob[1]);
-                mma16816(dp[2 * nn + 1], va, ob[2], ob[3]);
+                const int ro = (nn * 16 + (lane % 8) + (lane / 16) * 8) * SD + kk * 16 + ((lane / 8) % 2) * 8;
+                ldsm_x4(qb, cQ + ro);
+                ldsm_x4(ob, cdO + ro);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(sp[mt][2 * nn], ka[mt], qb[0], qb[1]);
+                    mma16816(sp[mt][2 * nn + 1], ka[mt], qb[2], qb[3]);
+                    mma16816(dp[mt][2 * nn], va[mt], ob[0], ob[1]);
+                    mma16816(dp[mt][2 * nn + 1], va[mt], ob[2], ob[3]);
+                }
             }
         }
         // P^T = exp(S^T * scale - lse), masked; dS^T = P^T (dP^T - delta)
         const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
 #pragma unroll
-        for (int nt = 0; nt < BM / 8; nt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qc = nt * 8 + 2 * t + (e & 1);
-                int key = key0 + (e >> 1) * 8;
-                float p = exp2f(sp[nt][e] * scale_log2 - cL[qc]);
-                if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
-                sp[nt][e] = p;
-                dp[nt][e] = p * (dp[nt][e] - cDl[qc]);
-            }
+            for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qc = nt * 8 + 2 * t + (e & 1);
+                    int key = n0 + wkey + mt * 16 + g + (e >> 1) * 8;
+                    float p = exp2f(sp[mt][nt][e] * scale_log2 - cL[qc]);
+                    if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
+                    sp[mt][nt][e] = p;
+                    dp[mt][nt][e] = p * (dp[mt][nt][e] - cDl[qc]);
+                }
         // dV += P^T dO ; dK += dS^T Q  (A from registers, B = dO / Q transposed from smem)
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            u32 pa[4] = {pack2(sp[2 * kk][0], sp[2 * kk][1]), pack2(sp[2 * kk][2], sp[2 * kk][3]),
-                         pack2(sp[2 * kk + 1][0], sp[2 * kk + 1][1]),
-                         pack2(sp[2 * kk + 1][2], sp[2 * kk + 1][3])};
-            u32 da[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]), pack2(dp[2 * kk][2], dp[2 * kk][3]),
-                         pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                         pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-            // store dS^T (fp16) for the dQ product
-            act_t* w0 = sdS + (warp * 16 + g) * SP + kk * 16 + 2 * t;
-            *reinterpret_cast<u32*>(w0) = da[0];
-            *reinterpret_cast<u32*>(w0 + 8 * SP) = da[1];
-            *reinterpret_cast<u32*>(w0 + 8) = da[2];
-            *reinterpret_cast<u32*>(w0 + 8 * SP + 8) = da[3];
+            u32 pa[MT][4], da[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = pack2(sp[mt][2 * kk][0], sp[mt][2 * kk][1]);
+                pa[mt][1] = pack2(sp[mt][2 * kk][2], sp[mt][2 * kk][3]);
+                pa[mt][2] = pack2(sp[mt][2 * kk + 1][0], sp[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(sp[mt][2 * kk + 1][2], sp[mt][2 * kk + 1][3]);
+                da[mt][0] = pack2(dp[mt][2 * kk][0], dp[mt][2 * kk][1]);
+                da[mt][1] = pack2(dp[mt][2 * kk][2], dp[mt][2 * kk][3]);
+                da[mt][2] = pack2(dp[mt][2 * kk + 1][0], dp[mt][2 * kk + 1][1]);
+                da[mt][3] = pack2(dp[mt][2 * kk + 1][2], dp[mt][2 * kk + 1][3]);
+                // store dS^T (fp16) for the dQ product
+                act_t* w0 = sdS + (wkey + mt * 16 + g) * SP + kk * 16 + 2 * t;
+                *reinterpret_cast<u32*>(w0) = da[mt][0];
+                *reinterpret_cast<u32*>(w0 + 8 * SP) = da[mt][1];
+                *reinterpret_cast<u32*>(w0 + 8) = da[mt][2];
+                *reinterpret_cast<u32*>(w0 + 8 * SP + 8) = da[mt][3];
+            }
 #pragma unroll
             for (int dn = 0; dn < D / 16; dn++) {
                 u32 ob[4], qb[4];
-                ldsm_x4_t(ob, cdO + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + dn * 16 + (lane / 16) * 8);
-                ldsm_x4_t(qb, cQ + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + dn * 16 + (lane / 16) * 8);
-                mma16816(dv[2 * dn], pa, ob[0], ob[1]);
-                mma16816(dv[2 * dn + 1], pa, ob[2], ob[3]);
-                mma16816(dk[2 * dn], da, qb[0], qb[1]);
-                mma16816(dk[2 * dn + 1], da, qb[2], qb[3]);
+                const int ro = (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * SD + dn * 16 + (lane / 16) * 8;
+                ldsm_x4_t(ob, cdO + ro);
+                ldsm_x4_t(qb, cQ + ro);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(dv[mt][2 * dn], pa[mt], ob[0], ob[1]);
+                    mma16816(dv[mt][2 * dn + 1], pa[mt], ob[2], ob[3]);
+                    mma16816(dk[mt][2 * dn], da[mt], qb[0], qb[1]);
+                    mma16816(dk[mt][2 * dn + 1], da[mt], qb[2], qb[3]);
+                }
             }
         }
         __syncthreads();
@@ -411,12 +474,11 @@ __device__ __forceinline__ void flash_bwd(
             for (int rh = 0; rh < 2; rh++) {
                 int r = m0 + rg * 16 + g + rh * 8;
                 if (r < T) {
-                    float* dst = dQacc + (((i64)b * H + hq) * T + r) * D + cg * DC + 2 * t;
+                    float* dstp = dQacc + (((i64)b * H + hq) * T + r) * D + cg * DC + 2 * t;
 #pragma unroll
-                    for (int dn = 0; dn < DC / 8; dn++) {
-                        atomicAdd(dst + dn * 8, dq[dn][2 * rh]);
-                        atomicAdd(dst + dn * 8 + 1, dq[dn][2 * rh + 1]);
-                    }
+                    for (int dn = 0; dn < DC / 8; dn++)
+                        atomicAdd(reinterpret_cast<float2*>(dstp + dn * 8),
+                                  make_float2(dq[dn][2 * rh], dq[dn][2 * rh + 1]));
                 }
             }
         }
@@ -424,16 +486,18 @@ __device__ __forceinline__ void flash_bwd(
     }
     // write dK (scaled) and dV, layout (B, K, S, D) contiguous
 #pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
     for (int rh = 0; rh < 2; rh++) {
-        int key = key0 + rh * 8;
+        int key = n0 + wkey + mt * 16 + g + rh * 8;
         if (key < S) {
             i64 base = (((i64)b * KH + kh) * S + key) * D + 2 * t;
 #pragma unroll
             for (int dn = 0; dn < D / 8; dn++) {
                 *reinterpret_cast<act2_t*>(dK + base + dn * 8) =
-                    from_f2(dk[dn][2 * rh] * scale, dk[dn][2 * rh + 1] * scale);
+                    from_f2(dk[mt][dn][2 * rh] * scale, dk[mt][dn][2 * rh + 1] * scale);
                 *reinterpret_cast<act2_t*>(dV + base + dn * 8) =
-                    from_f2(dv[dn][2 * rh], dv[dn][2 * rh + 1]);
+                    from_f2(dv[mt][dn][2 * rh], dv[mt][dn][2 * rh + 1]);
             }
         }
     }
@@ -445,8 +509,13 @@ __device__ __forceinline__ void flash_bwd(
         i64 osb, i64 osh, i64 ost, float scale_log2
 #define FWD_PASS Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, scale_log2
 
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64(FWD_ARGS) { flash_fwd<64, 4>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { flash_fwd<128, 4>(FWD_PASS); }
+// Instantiations (name: version, head dim; cuda_ops.FLASH_CONFIGS has the tile sizes):
+//   v1: one 16-row m-tile per warp (the first version, kept as a reference and a fallback)
+//   v2: two m-tiles per warp, BM = 128
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d64(FWD_ARGS) { flash_fwd<64, 1, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d128(FWD_ARGS) { flash_fwd<128, 1, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
 
 #define BWD_ARGS                                                                                  \
     const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \
@@ -456,7 +525,9 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { fla
 #define BWD_PASS Q, K, V, dO, LSE, Delta, dQacc, dK, dV, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, \
                  vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2
 
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 64, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 4>(BWD_PASS); }
+//   v1: one 16-key m-tile per warp (BN = 64); v2: two per warp (BN = 128, head dim 64)
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d64(BWD_ARGS) { flash_bwd<64, 64, 1, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v2_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4>(BWD_PASS); }
 
 #endif  // HAS_MMA

@@ -27,30 +27,47 @@ extern "C" __global__ void embedding_bwd(const act_t* __restrict__ dout, const i
     }
 }
 
-// ------------------------------------------------------------------------------------------------
-// RMSNorm (rmsnorm_forward / rmsnorm_backward). One warp per row.
-template <int VW>
-__device__ __forceinline__ void load_row(const act_t* p, int c, float* f) {
-    if (VW == 8) {
-        vec8 v = *reinterpret_cast<const vec8*>(p + c);
+// Deterministic, contention-free variant: one block per vocabulary row v scans all N ids, lists
+// the positions holding v (warp ballots, in order) and sums those dout rows in registers; each
+// thread owns 8 columns (C % 8 == 0, C <= 8 * blockDim.x). No atomics: dwte[v] += sum.
+extern "C" __global__ void embedding_bwd_rows(const act_t* __restrict__ dout, const int* __restrict__ idx,
+                                              float* __restrict__ dwte, long long N, int C) {
+    __shared__ int pos[1024];
+    __shared__ int wcount[32];
+    const int v = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nw = blockDim.x / 32;
+    const int c = tid * 8;
+    float acc[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) f[i] = to_f(v.v[i]);
-    } else {
-        f[0] = to_f(p[c]);
+    for (int i = 0; i < 8; i++) acc[i] = 0.f;
+    for (i64 base = 0; base < N; base += blockDim.x) {
+        i64 n = base + tid;
+        bool hit = n < N && idx[n] == v;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) wcount[warp] = __popc(m);
+        __syncthreads();
+        int off = 0, total = 0;
+        for (int w = 0; w < nw; w++) { if (w < warp) off += wcount[w]; total += wcount[w]; }
+        if (hit) pos[off + __popc(m & ((1u << lane) - 1))] = (int)(n - base);
+        __syncthreads();
+        if (c < C) {
+            for (int j = 0; j < total; j++) {
+                float f[8];
+                load_row<8>(dout + (base + pos[j]) * C, c, f);
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[i] += f[i];
+            }
+        }
+        __syncthreads();
     }
-}
-template <int VW>
-__device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
-    if (VW == 8) {
-        vec8 v;
+    if (c < C) {
+        float* dst = dwte + (i64)v * C + c;
 #pragma unroll
-        for (int i = 0; i < 8; i++) v.v[i] = from_f(f[i]);
-        *reinterpret_cast<vec8*>(p + c) = v;
-    } else {
-        p[c] = from_f(f[0]);
+        for (int i = 0; i < 8; i++) dst[i] += acc[i];
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+// RMSNorm (rmsnorm_forward / rmsnorm_backward). One warp per row.
 template <int VW>
 __device__ __forceinline__ void rmsnorm_fwd_impl(const act_t* __restrict__ x, const act_t* __restrict__ g,
                                                  act_t* __restrict__ out, float* __restrict__ rstd,
@@ -134,6 +151,79 @@ extern "C" __global__ void rmsnorm_bwd_v8(const act_t* dout, const act_t* x, con
                                           act_t* dx, float* dg, long long N, int C, int rpb) {
     rmsnorm_bwd_impl<8>(dout, x, rstd, g, dx, dg, N, C, rpb);
 }
+
+// The same with the dg partials in registers: lane owns columns j*256 + lane*8 .. +7 for
+// j < NCH = ceil(C / 256) (C % 8 == 0, C <= 1024); one shared-memory reduction per block.
+template <int NCH>
+__device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
+                                                     const float* __restrict__ rstd, const act_t* __restrict__ g,
+                                                     act_t* __restrict__ dx, float* __restrict__ dg,
+                                                     long long N, int C, int rows_per_block) {
+    extern __shared__ float red[];     // [nwarps][C]
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    float acc[NCH][8], w[NCH][8];
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        int c = j * 256 + lane * 8;
+        if (c < C) load_row<8>(g, c, w[j]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[j][i] = 0.f;
+    }
+    i64 r0 = (i64)blockIdx.x * rows_per_block;
+    i64 r1 = min((i64)N, r0 + rows_per_block);
+    for (i64 row = r0 + warp; row < r1; row += nw) {
+        const act_t* dr = dout + row * C;
+        const act_t* xr = x + row * C;
+        float r = rstd[row];
+        float d[NCH][8], f[NCH][8];
+        float dot = 0.f;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int c = j * 256 + lane * 8;
+            if (c < C) {
+                load_row<8>(dr, c, d[j]); load_row<8>(xr, c, f[j]);
+#pragma unroll
+                for (int i = 0; i < 8; i++) dot += d[j][i] * w[j][i] * f[j][i];
+            }
+        }
+        dot = warp_sum(dot) * r / C;
+#pragma unroll
+        for (int j = 0; j < NCH; j++) {
+            int c = j * 256 + lane * 8;
+            if (c < C) {
+                float o[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    float xh = f[j][i] * r;
+                    o[i] = (d[j][i] * w[j][i] - xh * dot) * r;
+                    acc[j][i] += d[j][i] * xh;
+                }
+                store_row<8>(dx + row * C, c, o);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NCH; j++) {
+        int c = j * 256 + lane * 8;
+        if (c < C)
+#pragma unroll
+            for (int i = 0; i < 8; i++) red[warp * C + c + i] = acc[j][i];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0.f;
+        for (int k = 0; k < nw; k++) s += red[k * C + c];
+        atomicAdd(dg + c, s);
+    }
+}
+#define RMS_BWD_REG(n) \
+extern "C" __global__ void rmsnorm_bwd_r##n(const act_t* dout, const act_t* x, const float* rstd, const act_t* g, \
+                                           act_t* dx, float* dg, long long N, int C, int rpb) { \
+    rmsnorm_bwd_reg_impl<n>(dout, x, rstd, g, dx, dg, N, C, rpb); }
+RMS_BWD_REG(1)
+RMS_BWD_REG(2)
+RMS_BWD_REG(3)
+RMS_BWD_REG(4)
 
 // ------------------------------------------------------------------------------------------------
 // qkv split + RoPE (qkv_rope_forward / qkv_rope_backward), rotate-half convention.

@@ -46,8 +46,13 @@ _R_32F, _R_16F, _R_16BF = 0, 2, 14
 _GEMM_DEFAULT = -1
 
 _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
-_FLASH_D = (64, 128)          # head dims the FlashAttention kernels are instantiated for
-_FLASH_BN = 64                # keys per CTA in the backward, key tile in the forward
+# FlashAttention instantiations in flash_attn.cu: (version, head dim) -> tile sizes.
+# forward: BM query rows per CTA, BN keys per tile; backward: BN keys per CTA, BM queries per tile.
+FLASH_FWD = {("v1", 64): (64, 64), ("v1", 128): (64, 64), ("v2", 64): (128, 64), ("v2", 128): (128, 32)}
+FLASH_BWD = {("v1", 64): (64, 64), ("v1", 128): (32, 64), ("v2", 64): (32, 128)}
+# the versions used, per head dim (chosen by benchmarks/attention.py on the H200)
+FLASH_DEFAULT = {64: ("v2", "v2"), 128: ("v2", "v1")}
+_FLASH_D = tuple(FLASH_DEFAULT)
 
 
 def _bf16_dtype():
@@ -111,6 +116,7 @@ class CudaBackend:
             self.act_dtype = _bf16_dtype()
         self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
         self.flash = flash and precision != "fp32"
+        self.flash_versions = dict(FLASH_DEFAULT)    # head dim -> (forward, backward) version
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
         self._beta0 = np.zeros(1, dtype=np.float32)
@@ -236,8 +242,15 @@ class CudaBackend:
         C = dout.shape[-1]
         n = idx.size
         assert dwte.flags.c_contiguous and dwte.dtype == np.float32
-        self._fn("embedding_bwd")((_blocks(n * C),), (256,),
-                                  (self._act(dout), idx, dwte, _i64(n), _i32(C)))
+        V = dwte.shape[0]
+        if C % 8 == 0 and C <= 8 * 1024 and V <= 8192:
+            # one block per vocabulary row: deterministic, no atomic contention
+            threads = max(256, min(1024, (C // 8 + 31) // 32 * 32))
+            self._fn("embedding_bwd_rows")((V,), (threads,),
+                                           (self._act(dout), idx, dwte, _i64(n), _i32(C)))
+        else:
+            self._fn("embedding_bwd")((_blocks(n * C),), (256,),
+                                      (self._act(dout), idx, dwte, _i64(n), _i32(C)))
 
     # ------------------------------------------------------------------ RMSNorm
     def rmsnorm_forward(self, x, g, eps):
@@ -259,9 +272,12 @@ class CudaBackend:
         dx = self._empty((N, C))
         assert dg.flags.c_contiguous and dg.dtype == np.float32
         rpb = 64                     # rows per block: one dg atomic per column per 64 rows
-        name = "rmsnorm_bwd_v8" if C % 8 == 0 else "rmsnorm_bwd"
+        if C % 8 == 0 and C <= 1024:  # dg partials in registers
+            name, smem = f"rmsnorm_bwd_r{(C + 255) // 256}", 8 * 4 * C
+        else:                         # dg partials through shared-memory atomics
+            name, smem = ("rmsnorm_bwd_v8" if C % 8 == 0 else "rmsnorm_bwd"), 4 * C
         self._fn(name)(((N + rpb - 1) // rpb,), (256,),
-                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb)), shared_mem=4 * C)
+                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb)), shared_mem=smem)
         return dx
 
     # ------------------------------------------------------------------ matmul (cuBLAS)
@@ -371,10 +387,11 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        BM = 64
+        ver = self.flash_versions[D][0]
+        BM, BN = FLASH_FWD[(ver, D)]
         SD = D + 8
-        smem = (BM * SD + 4 * _FLASH_BN * SD) * 2
-        fn = self._fn(f"flash_fwd_d{D}", "flash_attn.cu")
+        smem = (BM * SD + 4 * BN * SD) * 2
+        fn = self._fn(f"flash_fwd_{ver}_d{D}", "flash_attn.cu")
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
@@ -403,14 +420,15 @@ class CudaBackend:
             (dout, out, delta, dq_acc, _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
         dk = self._empty((B, K, S, D))
         dv = self._empty((B, K, S, D))
-        BM = 64 if D == 64 else 32
+        ver = self.flash_versions[D][1]
+        BM, BN = FLASH_BWD[(ver, D)]
         SD = D + 8
-        smem = (2 * _FLASH_BN * SD + 4 * BM * SD + _FLASH_BN * (BM + 8)) * 2 + 4 * BM * 4
-        fn = self._fn(f"flash_bwd_d{D}", "flash_attn.cu")
+        smem = (2 * BN * SD + 4 * BM * SD + BN * (BM + 8)) * 2 + 4 * BM * 4
+        fn = self._fn(f"flash_bwd_{ver}_d{D}", "flash_attn.cu")
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale = 1.0 / math.sqrt(D)
-        fn(((S + _FLASH_BN - 1) // _FLASH_BN, B * K), (128,),
+        fn(((S + BN - 1) // BN, B * K), (128,),
            (q, k, v, dout, lse, delta, dq_acc, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
             *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634)), shared_mem=smem)
         dq = self._empty((B, H, T, D))
