@@ -1,0 +1,95 @@
+"""CPU training throughput: bytemodel (NumPy, hand-written backward) vs the same model in PyTorch.
+
+Both run forward + backward + AdamW on identical shapes, in the same process, in alternating
+rounds (so load from anything else on the machine hits both alike); the median round is reported.
+
+    python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch==2.13.0 numpy safetensors typer rich
+    PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/cpu_train.py [--presets tiny,small] [--rounds 3]
+
+Threads: both sides use the machine's cores (OpenBLAS threads for NumPy, torch.set_num_threads).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from bytemodel.config import preset  # noqa: E402
+from bytemodel.model import Model  # noqa: E402
+from bytemodel.optim import AdamW, global_norm  # noqa: E402
+
+SHAPES = {"tiny": (16, 256), "small": (8, 512)}  # (batch, context) per preset
+
+
+def ours(cfg, B, T, steps, rng):
+    m = Model(cfg)
+    m.init_weights(0)
+    opt = AdamW(m)
+    x = rng.integers(0, 256, (B, T))
+    y = rng.integers(0, 256, (B, T))
+
+    def step():
+        m.grads[...] = 0
+        m.loss_and_grad(x, y)
+        n = global_norm(m.ops, m.grads)
+        opt.step(1e-3, grad_scale=min(1.0, 1.0 / (n + 1e-6)))
+    step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return B * T * steps / (time.perf_counter() - t)
+
+
+def theirs(cfg, B, T, steps, rng):
+    import torch
+    from torch_model import TorchModel
+    torch.manual_seed(0)
+    m = TorchModel(cfg)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    x = torch.from_numpy(rng.integers(0, 256, (B, T)))
+    y = torch.from_numpy(rng.integers(0, 256, (B, T)))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = m(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+    step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return B * T * steps / (time.perf_counter() - t)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--presets", default="tiny,small")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(os.cpu_count())
+    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores")
+    print(f"| preset | batch x context | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
+    print(f"|---|---|---|---|---|")
+    for name in args.presets.split(","):
+        cfg = preset(name)
+        B, T = SHAPES[name]
+        a, b = [], []
+        for r in range(args.rounds):
+            rng = np.random.default_rng(r)
+            a.append(ours(cfg, B, T, args.steps, rng))
+            b.append(theirs(cfg, B, T, args.steps, rng))
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"| {name} | {B} x {T} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
