@@ -107,3 +107,14 @@ def test_corrupt_and_foreign_checkpoints(tmp_path, dna_file, fast_settings):
         ck.load(junk)
     with pytest.raises(CheckpointError, match="not found"):
         ck.load(tmp_path / "nope.safetensors")
+
+
+def test_training_with_merges_counts_bytes_not_tokens(tmp_path, dna_file, fast_settings):
+    r = bytemodel.train(dna_file, tmp_path / "run", steps=6, merges=40, **fast_settings)
+    lm = bytemodel.load(r.run_dir)
+    assert lm.tokenizer.n_merges == 40 and lm.cfg.vocab_size == 256 + 40 + 1
+    corpus = json.loads((tmp_path / "run" / "corpus.json").read_text())
+    assert corpus["n_tokens"] < corpus["n_bytes"] * 0.8  # merges shorten the stream
+    out = lm.generate(77, seed=2)
+    assert len(out) == 77  # --bytes counts bytes, whatever the tokens
+    assert 0 < r.val_bpb < 8
