@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 
-from .bpe_seq import LinkedSeq, codes_of
+from .bpe_seq import DEAD, SHIFT, LinkedSeq
 from .bpe_train import PRE_SPLITS, pre_split_pieces
 from .errors import TokenizerError
 
@@ -37,7 +37,7 @@ class MergeTable:
         m = np.asarray(merges, dtype=np.int64).reshape(-1, 2)
         self.merges = [(int(a), int(b)) for a, b in m]
         self.n = len(self.merges)
-        allc = codes_of(m[:, 0], m[:, 1]) if self.n else np.empty(0, np.int64)
+        allc = _codes(m[:, 0], m[:, 1]) if self.n else np.empty(0, np.int64)
         order = np.argsort(allc, kind="stable")
         self.codes = allc[order]
         self.ranks = order.astype(np.int64)
@@ -94,79 +94,70 @@ def apply_merges(ids: np.ndarray, merges, seg_ends: np.ndarray | None = None) ->
     return _run(seq, table).live_ids()
 
 
+def _codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int64 pair codes a << SHIFT | b."""
+    return (a.astype(np.int64) << SHIFT) | b.astype(np.int64)
+
+
 def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
     """Apply the table's merges to seq in rank order (in place); returns seq."""
-    wpos = np.flatnonzero(seq.window_ok).astype(np.int32)
-    big = seq.tok.max(initial=0) >= 256
-    index: dict[int, np.ndarray] = {}  # rank -> sorted candidate positions
-    pending: list[int] = []
+    n = seq.n
+    tok = seq.tok
+    index: dict[int, np.ndarray] = {}  # rank -> sorted candidate positions (may be stale)
+    pending: list[int] = []  # heap of ranks that have candidates
     init_pos = init_off = None
-    if not big:
-        c16 = seq.byte_pair_codes16()[wpos]
-        r16 = table.byte_rank[c16]
-        keep = r16 >= 0
-        wpos, c16 = wpos[keep], c16[keep]
-        order = np.argsort(c16, kind="stable")
-        init_pos = wpos[order]
+    if n < 2:
+        return seq
+    if int(tok[:n].max()) < 256:
+        c16 = seq.byte_pair_codes16()
+        init_pos = np.argsort(c16, kind="stable").astype(np.int32)  # radix sort
         n_per = np.bincount(c16, minlength=1 << 16)
         init_off = np.concatenate(([0], np.cumsum(n_per)))
-        pending = table.byte_rank[np.flatnonzero(n_per)].tolist()
+        ranks = table.byte_rank[np.flatnonzero(n_per)]
+        pending = ranks[ranks >= 0].tolist()
+        del c16
     else:  # input already holds merged ids: index every window through the general lookup
-        t = seq.tok
-        ranks = table.rank_of(codes_of(t[wpos], t[wpos + 1]))
-        _add_to_index(index, pending, wpos, ranks)
+        wpos = np.flatnonzero(seq.nxt[:n] < n).astype(np.int32)
+        _add_to_index(index, pending, wpos, table.rank_of(_codes(tok[wpos], tok[wpos + 1])))
     heapq.heapify(pending)
-    tok, nxt, prv = seq.tok, seq.nxt, seq.prv
     right, left = table.right, table.left
+    lut = np.full(DEAD + 1, -1, dtype=np.int32)  # partner id -> rank, for the merge at hand
     while pending:
         r = heapq.heappop(pending)
         a, b = table.merges[r]
         cands = index.pop(r, None)
-        if init_pos is not None and a < 256 and b < 256 and cands is None:
+        if cands is None:
+            if init_pos is None or a >= 256 or b >= 256:
+                continue
             c = (a << 8) | b
             cands = init_pos[init_off[c]:init_off[c + 1]]
-        if cands is None or len(cands) == 0:
-            continue
         t = 256 + r
         P, Q = seq.find(cands, a, b)
         if len(P) == 0:
             continue
-        rp, lp = right.get(t), left.get(t)
-        if lp is not None:
-            L = prv[P]
-            Lok = L >= 0
-            Lok[1:] &= L[1:] != Q[:-1]  # that window is (t, t), found on the right side
-            Lpos = L[Lok]
-        R = seq.apply(P, Q, t)
-        if rp is not None:  # windows (t, y) at P
-            hasR = R >= 0
-            _index_side(index, pending, P[hasR], tok[R[hasR]], rp)
-        if lp is not None:  # windows (x, t) at prv[P]
-            _index_side(index, pending, Lpos, tok[Lpos], lp)
+        L, R = seq.apply(P, Q, t)
+        for pos, other, partners in ((P, tok[R], right.get(t)), (L, tok[L], left.get(t))):
+            if partners is None:
+                continue
+            ids, rks = partners
+            if len(ids) == 1:
+                hit = np.flatnonzero(other == ids[0])
+                if len(hit):
+                    _put(index, pending, int(rks[0]), pos[hit])
+                continue
+            lut[ids] = rks
+            rk = lut[other]  # DEAD maps to -1
+            lut[ids] = -1
+            hit = np.flatnonzero(rk >= 0)
+            if len(hit) == 0:
+                continue
+            pos, rk = pos[hit], rk[hit]
+            order = np.argsort(rk, kind="stable")
+            pos, rk = pos[order], rk[order]
+            bounds = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1]))).tolist() + [len(rk)]
+            for j, rr in enumerate(rk[bounds[:-1]].tolist()):
+                _put(index, pending, rr, pos[bounds[j]:bounds[j + 1]])
     return seq
-
-
-def _index_side(index: dict, pending: list, pos: np.ndarray, other: np.ndarray, partners) -> None:
-    """Index windows at sorted positions pos whose partner ids are other, for merges in partners."""
-    ids, ranks = partners
-    if len(pos) == 0:
-        return
-    if len(ids) == 1:
-        m = other == ids[0]
-        if m.any():
-            _put(index, pending, int(ranks[0]), pos[m])
-        return
-    i = np.searchsorted(ids, other)
-    np.minimum(i, len(ids) - 1, out=i)
-    m = ids[i] == other
-    if not m.any():
-        return
-    pos, rk = pos[m], ranks[i[m]]
-    order = np.argsort(rk, kind="stable")
-    pos, rk = pos[order], rk[order]
-    bounds = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1]))).tolist() + [len(rk)]
-    for j, rr in enumerate(rk[bounds[:-1]].tolist()):
-        _put(index, pending, rr, pos[bounds[j]:bounds[j + 1]])
 
 
 def _put(index: dict, pending: list, r: int, p: np.ndarray) -> None:

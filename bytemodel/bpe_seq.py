@@ -2,114 +2,129 @@
 
 Dimension legend: N positions (bytes of the input), K occurrences touched by one merge.
 
-    tok  int32[N]  token id at each position; -1 once the position was absorbed by a merge
-    nxt  int32[N]  next live position of the same segment; -1 at a segment's end
-    prv  int32[N]  previous live position of the same segment; -1 at a segment's start
+    tok  uint16[N+1]  token id at each position; DEAD once the position was absorbed by a merge
+    nxt  int32[N+1]   next live position of the same segment; the sentinel N at a segment's end
+    prv  int32[N+1]   previous live position of the same segment; N at a segment's start
+
+Position N is a sentinel: tok[N] = DEAD, nxt[N] = prv[N] = N. Ids are at most 65534 (the
+vocabulary of 65536 ends with at least one special id), so DEAD = 65535 is never a real id, and
+a window that reaches the sentinel or a dead position never matches a real pair.
 
 Positions never move: a merge of the pair at (p, nxt[p]) writes the new id at p and kills nxt[p].
 So the live positions, read in increasing order, are the current token sequence.
 
-A "window" at position p is the adjacent pair (tok[p], tok[nxt[p]]), keyed by the int64
-code  tok[p] << 16 | tok[nxt[p]]. Segments (documents, pre-split pieces) are concatenated into one
-array; no window crosses a segment boundary.
+A "window" at position p is the adjacent pair (tok[p], tok[nxt[p]]). Segments (documents,
+pre-split pieces) are concatenated into one array; no window crosses a segment boundary.
 
 One fact both users rely on: every window a merge creates contains the merge's new id, so a pair
-code gains windows only during the merge that created the newer of its two ids. A per-pair list
-of candidate positions, filled once and then only filtered (stale positions are skipped by
-checking tok and nxt), is therefore complete; and pair counts only go up in that one merge.
+gains windows only during the merge that created the newer of its two ids. A per-pair list of
+candidate positions, filled then and afterwards only filtered (stale positions are skipped by
+checking tok and nxt), is therefore complete; and a pair's count only falls after that merge.
 """
 from __future__ import annotations
 
 import numpy as np
 
-SHIFT = 16  # code = a << SHIFT | b; ids are < 65536
-
-
-def codes_of(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pair codes (int64[K]) of id arrays a, b (any integer dtype, same length K)."""
-    return (a.astype(np.int64) << SHIFT) | b.astype(np.int64)
+SHIFT = 16  # pair code = a << SHIFT | b
+DEAD = 0xFFFF  # tok of absorbed positions and of the sentinel
 
 
 class LinkedSeq:
     """A mutable token sequence made of segments; see the module docstring for the arrays."""
 
     def __init__(self, ids: np.ndarray, seg_ends: np.ndarray | None = None):
-        """ids: integer[N] token ids; seg_ends: int[S] exclusive end of each segment (last == N).
+        """ids: integer[N] token ids (< DEAD); seg_ends: int[S] exclusive segment ends (last == N).
 
         With seg_ends None the whole array is one segment.
         """
         n = len(ids)
         self.n = n
-        self.tok = ids.astype(np.int32)
-        self.nxt = np.arange(1, n + 1, dtype=np.int32)
-        self.prv = np.arange(-1, n - 1, dtype=np.int32)
-        # window_ok[p]: a window starts at p initially (p is not the last of its segment)
-        self.window_ok = np.ones(max(n - 1, 0), dtype=bool)
-        if n:
-            self.nxt[-1] = -1
+        self.tok = np.empty(n + 1, dtype=np.uint16)
+        self.tok[:n] = ids
+        self.tok[n] = DEAD
+        self.nxt = np.arange(1, n + 2, dtype=np.int32)
+        self.nxt[n] = n
+        self.prv = np.arange(-1, n, dtype=np.int32)
+        self.prv[0] = n
+        self.prv[n] = n
         if seg_ends is not None and len(seg_ends) > 1:
             ends = np.asarray(seg_ends[:-1], dtype=np.int64)
             ends = ends[(ends > 0) & (ends < n)]
-            self.nxt[ends - 1] = -1
-            self.prv[ends] = -1
-            self.window_ok[ends - 1] = False
+            self.nxt[ends - 1] = n
+            self.prv[ends] = n
 
     def byte_pair_codes16(self) -> np.ndarray:
-        """uint16[N-1] code a << 8 | b of each initial window (ids must all be < 256)."""
-        t = self.tok.astype(np.uint16)
+        """uint16[N-1] code a << 8 | b of the pair at each (p, p+1); ids must all be < 256.
+
+        Pairs across a segment boundary are included; windows() rejects them.
+        """
+        t = self.tok[:self.n]
         return (t[:-1] << 8) | t[1:]
 
-    def find(self, cands: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Occurrences of (a, b) to merge: (P int32[K] left positions, Q int32[K] right positions).
+    def windows(self, cands: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """All current windows (a, b) among the candidates, overlapping ones included.
 
-        cands: int[C] sorted candidate positions (may hold stale ones, which are skipped).
-        Occurrences are taken leftmost first without overlap: a run a a a with a == b gives
-        (aa) a, as sequential left-to-right replacement does.
+        cands: int32[C] sorted candidate positions (may hold stale ones, which are skipped).
+        Returns (P int32[K] left positions, Q int32[K] right positions), sorted.
         """
-        tok, nxt = self.tok, self.nxt
-        q = nxt[cands]
+        tok = self.tok
+        q = self.nxt[cands]
         ok = tok[cands] == a
-        ok &= q >= 0
-        ok &= tok[q] == b  # q == -1 reads the last element; masked by (q >= 0) above
-        P = cands[ok]
-        Q = q[ok]
-        if a == b and len(P) > 1:
-            # chains of overlapping occurrences p -> nxt[p] -> ...: keep the 1st, 3rd, 5th ...
-            chained = np.empty(len(P), dtype=bool)
-            chained[0] = False
-            np.equal(Q[:-1], P[1:], out=chained[1:])
-            if chained.any():
-                idx = np.arange(len(P))
-                start = np.where(chained, 0, idx)
-                np.maximum.accumulate(start, out=start)
-                keep = ((idx - start) & 1) == 0
-                P, Q = P[keep], Q[keep]
-        return P, Q
+        ok &= tok[q] == b  # the sentinel and dead positions hold DEAD, never b
+        idx = np.flatnonzero(ok)
+        return cands[idx], q[idx]
 
-    def apply(self, P: np.ndarray, Q: np.ndarray, t: int) -> np.ndarray:
+    @staticmethod
+    def non_overlapping(P: np.ndarray, Q: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The windows to merge, leftmost first without overlap (a run a a a gives (aa) a).
+
+        Only a pair (a, a) (same=True) can overlap: in each chain p -> nxt[p] -> ... of
+        overlapping windows the 1st, 3rd, 5th ... are kept.
+        """
+        if not same or len(P) < 2:
+            return P, Q
+        chained = np.empty(len(P), dtype=bool)
+        chained[0] = False
+        np.equal(Q[:-1], P[1:], out=chained[1:])
+        if not chained.any():
+            return P, Q
+        idx = np.arange(len(P))
+        start = np.where(chained, 0, idx)
+        np.maximum.accumulate(start, out=start)
+        keep = ((idx - start) & 1) == 0
+        return P[keep], Q[keep]
+
+    def find(self, cands: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Occurrences of (a, b) to merge: (P, Q) left and right positions, sorted, no overlap."""
+        P, Q = self.windows(cands, a, b)
+        return self.non_overlapping(P, Q, a == b)
+
+    def apply(self, P: np.ndarray, Q: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Merge the occurrences found by find(): P takes id t, Q dies, P links to nxt[Q].
 
-        Returns R = int32[K] the new right neighbour of each P (-1 at a segment end).
-        Afterwards the windows that changed are: created at P where R >= 0, (t, tok[R]), and at
-        prv[P] where that is >= 0 and not the previous P, (tok[prv[P]], t).
+        Returns (L, R): int32[K] the left and right neighbours of each P (the sentinel N at a
+        segment edge). The windows created are (tok[L], t) at L and (t, tok[R]) at P, except
+        where tok[L] or tok[R] is DEAD: L == the previous Q (that window is the (t, t) one at
+        the previous P) or a segment edge. tok[R] == t where R is itself a merged position.
         """
         tok, nxt, prv = self.tok, self.nxt, self.prv
+        L = prv[P]
         R = nxt[Q]
         tok[P] = t
-        tok[Q] = -1
+        tok[Q] = DEAD
         nxt[P] = R
-        hasR = R >= 0
-        prv[R[hasR]] = P[hasR]
-        return R
+        prv[R] = P  # prv[N] of the sentinel is scribbled on; nothing reads it
+        return L, R
 
     def live_ids(self) -> np.ndarray:
         """uint16[n_tokens] the current token sequence."""
-        t = self.tok
-        return t[t >= 0].astype(np.uint16)
+        t = self.tok[:self.n]
+        return t[t != DEAD]
 
     def live_segment_ids(self, seg_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(uint16[n_tokens] ids, int64[S] number of tokens in each segment)."""
-        live = np.flatnonzero(self.tok >= 0)
+        t = self.tok[:self.n]
+        live = np.flatnonzero(t != DEAD)
         seg_of = np.searchsorted(seg_ends, live, side="right")
         counts = np.bincount(seg_of, minlength=len(seg_ends))
-        return self.tok[live].astype(np.uint16), counts
+        return t[live], counts

@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .bpe_seq import SHIFT, LinkedSeq
+from .bpe_seq import DEAD, SHIFT, LinkedSeq
 from .errors import TokenizerError
 from .tokenizer import MAX_VOCAB, SPECIALS
 
@@ -157,108 +157,73 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
 
     # initial windows: counts, and positions grouped by code16 = a << 8 | b (radix argsort)
     c16 = seq.byte_pair_codes16()
-    wpos_ok = np.flatnonzero(seq.window_ok).astype(np.int32)
-    c16 = c16[wpos_ok]
-    order = np.argsort(c16, kind="stable")
-    init_pos = wpos_ok[order]
-    del order
-    n_per = np.bincount(c16, minlength=1 << 16)
-    init_off = np.concatenate(([0], np.cumsum(n_per)))
-    if uniform:
-        counts16 = n_per
-    else:
-        counts16 = np.bincount(c16, weights=wpos[wpos_ok], minlength=1 << 16).astype(np.int64)
-    del c16, wpos_ok
-    counts: dict[int, int] = {}
+    init_pos = np.argsort(c16, kind="stable").astype(np.int32)  # includes cross-segment pairs
+    init_off = np.concatenate(([0], np.cumsum(np.bincount(c16, minlength=1 << 16))))
+    # counts of real windows only: drop the pairs that straddle a segment boundary
+    real = seq.nxt[:seq.n - 1] == np.arange(1, seq.n, dtype=np.int32)
+    w = None if uniform else wpos[:-1][real]
+    counts16 = np.bincount(c16[real], weights=w, minlength=1 << 16)  # float64 sums: exact below 2**53
+    counts16 = counts16.astype(np.int64)
+    del c16, real, w
+    # heap of (-count, a, b): counts are upper bounds (they only fall after a push); a popped
+    # entry is recounted from its positions and merged only if still exact, else pushed back.
+    # Pairs counted < 2 are never stored: their counts cannot rise again.
     heap: list[tuple[int, int, int]] = []
-    for code in np.flatnonzero(counts16).tolist():
-        a, b = code >> 8, code & 0xFF
-        c = int(counts16[code])
-        counts[(a << SHIFT) | b] = c
-        heap.append((-c, a, b))
+    for code in np.flatnonzero(counts16 >= 2).tolist():
+        heap.append((-int(counts16[code]), code >> 8, code & 0xFF))
     heapq.heapify(heap)
-    index: dict[int, np.ndarray] = {}  # code -> sorted candidate positions (codes with an id >= 256)
+    index: dict[int, np.ndarray] = {}  # code -> sorted candidate positions (may be stale)
+    tok = seq.tok
 
     merges: list[tuple[int, int]] = []
     while len(merges) < n_merges:
-        best = None
         while heap:
             negc, a, b = heapq.heappop(heap)
             code = (a << SHIFT) | b
-            cur = counts.get(code, 0)
+            cands = index.get(code)
+            if cands is None:  # only byte pairs start outside the index
+                c = (a << 8) | b
+                cands = init_pos[init_off[c]:init_off[c + 1]]
+            P, Q = seq.windows(cands, a, b)
+            cur = len(P) if uniform else int(wpos[P].sum())
             if cur == -negc:
-                best = (cur, a, b, code)
                 break
-            if cur > 0:  # stale entry: counts only fall after a push, so re-push the true one
+            if cur >= 2:
+                index[code] = P
                 heapq.heappush(heap, (-cur, a, b))
-        if best is None or best[0] < 2:
+            else:
+                index.pop(code, None)
+        else:
             k = len(merges)
             raise TokenizerError(
                 f"the data supports only {k} merges (no pair occurs twice after merge {k}); "
                 f"asked for {n_merges}: use fewer merges or more data")
-        _, a, b, code = best
         t = 256 + len(merges)
-        if a < 256 and b < 256:
-            c = (a << 8) | b
-            cands = init_pos[init_off[c]:init_off[c + 1]]
-        else:
-            cands = index.pop(code)
-        P, Q = seq.find(cands, a, b)
-        L = seq.prv[P]
-        R = seq.nxt[Q]
-        Lok = L >= 0
-        Lok[1:] &= L[1:] != Q[:-1]  # L_i == Q_(i-1): that window is counted on the right side
-        hasR = R >= 0
-        wP = None if uniform else wpos[P]
-        xs = seq.tok[L[Lok]]
-        ys_old = seq.tok[R[hasR]]
-        seq.apply(P, Q, t)
-        ys_new = seq.tok[R[hasR]]  # t where R is itself a merged position
         merges.append((a, b))
-        V = t + 1
-        wl = None if uniform else wP[Lok]
-        wr = None if uniform else wP[hasR]
-        bx = np.bincount(xs, weights=wl, minlength=V)
-        by_old = np.bincount(ys_old, weights=wr, minlength=V)
-        by_new = np.bincount(ys_new, weights=wr, minlength=V)
-        # windows (x, a) -> (x, t) at L; (b, y) -> (t, y') at P
-        get = counts.get
-        a_lo, b_hi, t_hi = a, b << SHIFT, t << SHIFT
-        xnz = np.flatnonzero(bx)
-        for x, c in zip(xnz.tolist(), bx[xnz].tolist()):
-            c = int(c)
-            k = (x << SHIFT) | a_lo
-            nc = get(k, 0) - c
-            if nc:
-                counts[k] = nc
-            else:
-                counts.pop(k, None)
-            k = (x << SHIFT) | t
-            counts[k] = c
-            heapq.heappush(heap, (-c, x, t))
-        ynz = np.flatnonzero(by_old)
-        for y, c in zip(ynz.tolist(), by_old[ynz].tolist()):
-            k = b_hi | y
-            nc = get(k, 0) - int(c)
-            if nc:
-                counts[k] = nc
-            else:
-                counts.pop(k, None)
-        ynz = np.flatnonzero(by_new)
-        for y, c in zip(ynz.tolist(), by_new[ynz].tolist()):
-            c = int(c)
-            counts[t_hi | y] = c
-            heapq.heappush(heap, (-c, t, y))
-        counts.pop(code, None)  # every window of (a, b) was merged or removed
-        # candidate positions of the new pairs, sorted within each pair
-        for side_pos, side_ids, hist, left in ((L[Lok], xs, bx, True), (P[hasR], ys_new, by_new, False)):
-            if len(side_pos) == 0:
+        index.pop(code, None)
+        P, Q = seq.non_overlapping(P, Q, a == b)
+        L, R = seq.apply(P, Q, t)
+        # new windows: (x, t) at L and (t, y) at P, where x, y are live (not DEAD)
+        for pos, other, left in ((L, tok[L], True), (P, tok[R], False)):
+            live = other != DEAD
+            pos, other = pos[live], other[live]
+            if len(pos) == 0:
                 continue
-            order = np.argsort(side_ids, kind="stable")
-            sp = side_pos[order]
-            sid = side_ids[order]
-            bounds = np.flatnonzero(np.concatenate(([True], sid[1:] != sid[:-1]))).tolist() + [len(sid)]
-            for j, u in enumerate(sid[bounds[:-1]].tolist()):
-                k = (u << SHIFT) | t if left else t_hi | u
-                index[k] = sp[bounds[j]:bounds[j + 1]]
+            w = None if uniform else wpos[pos]
+            hist = np.bincount(other, weights=w, minlength=t + 1)
+            keep = hist[other] >= 2
+            if not keep.any():
+                continue
+            pos, other = pos[keep], other[keep]
+            order = np.argsort(other, kind="stable")
+            pos, other = pos[order], other[order]
+            bounds = np.flatnonzero(np.concatenate(([True], other[1:] != other[:-1]))).tolist() + [len(other)]
+            for j, u in enumerate(other[bounds[:-1]].tolist()):
+                c = int(hist[u])
+                if left:
+                    index[(u << SHIFT) | t] = pos[bounds[j]:bounds[j + 1]]
+                    heapq.heappush(heap, (-c, u, t))
+                else:
+                    index[(t << SHIFT) | u] = pos[bounds[j]:bounds[j + 1]]
+                    heapq.heappush(heap, (-c, t, u))
     return merges
