@@ -110,14 +110,14 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
         return seq
     if int(tok[:n].max()) < 256:
         c16 = seq.byte_pair_codes16()
-        init_pos = np.argsort(c16, kind="stable").astype(np.int32)  # radix sort
+        init_pos = np.argsort(c16, kind="stable")  # radix sort
         n_per = np.bincount(c16, minlength=1 << 16)
         init_off = np.concatenate(([0], np.cumsum(n_per)))
         ranks = table.byte_rank[np.flatnonzero(n_per)]
         pending = ranks[ranks >= 0].tolist()
         del c16
     else:  # input already holds merged ids: index every window through the general lookup
-        wpos = np.flatnonzero(seq.nxt[:n] < n).astype(np.int32)
+        wpos = np.flatnonzero(seq.nxt[:n] < n)
         _add_to_index(index, pending, wpos, table.rank_of(_codes(tok[wpos], tok[wpos + 1])))
     heapq.heapify(pending)
     right, left = table.right, table.left
@@ -167,7 +167,7 @@ def _put(index: dict, pending: list, r: int, p: np.ndarray) -> None:
         index[r] = p
         heapq.heappush(pending, r)
     else:  # only when the input already held merged ids
-        index[r] = np.union1d(old, p).astype(np.int32)
+        index[r] = np.union1d(old, p)
 
 
 def _add_to_index(index: dict, pending: list, pos: np.ndarray, ranks: np.ndarray) -> None:

@@ -3,8 +3,8 @@
 Dimension legend: N positions (bytes of the input), K occurrences touched by one merge.
 
     tok  uint16[N+1]  token id at each position; DEAD once the position was absorbed by a merge
-    nxt  int32[N+1]   next live position of the same segment; the sentinel N at a segment's end
-    prv  int32[N+1]   previous live position of the same segment; N at a segment's start
+    nxt  intp[N+1]    next live position of the same segment; the sentinel N at a segment's end
+    prv  intp[N+1]    previous live position of the same segment; N at a segment's start
 
 Position N is a sentinel: tok[N] = DEAD, nxt[N] = prv[N] = N. Ids are at most 65534 (the
 vocabulary of 65536 ends with at least one special id), so DEAD = 65535 is never a real id, and
@@ -42,9 +42,9 @@ class LinkedSeq:
         self.tok = np.empty(n + 1, dtype=np.uint16)
         self.tok[:n] = ids
         self.tok[n] = DEAD
-        self.nxt = np.arange(1, n + 2, dtype=np.int32)
+        self.nxt = np.arange(1, n + 2, dtype=np.intp)
         self.nxt[n] = n
-        self.prv = np.arange(-1, n, dtype=np.int32)
+        self.prv = np.arange(-1, n, dtype=np.intp)
         self.prv[0] = n
         self.prv[n] = n
         if seg_ends is not None and len(seg_ends) > 1:
@@ -64,8 +64,8 @@ class LinkedSeq:
     def windows(self, cands: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         """All current windows (a, b) among the candidates, overlapping ones included.
 
-        cands: int32[C] sorted candidate positions (may hold stale ones, which are skipped).
-        Returns (P int32[K] left positions, Q int32[K] right positions), sorted.
+        cands: intp[C] sorted candidate positions (may hold stale ones, which are skipped).
+        Returns (P intp[K] left positions, Q intp[K] right positions), sorted.
         """
         tok = self.tok
         q = self.nxt[cands]
@@ -102,7 +102,7 @@ class LinkedSeq:
     def apply(self, P: np.ndarray, Q: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Merge the occurrences found by find(): P takes id t, Q dies, P links to nxt[Q].
 
-        Returns (L, R): int32[K] the left and right neighbours of each P (the sentinel N at a
+        Returns (L, R): intp[K] the left and right neighbours of each P (the sentinel N at a
         segment edge). The windows created are (tok[L], t) at L and (t, tok[R]) at P, except
         where tok[L] or tok[R] is DEAD: L == the previous Q (that window is the (t, t) one at
         the previous P) or a segment edge. tok[R] == t where R is itself a merged position.

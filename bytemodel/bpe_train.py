@@ -44,7 +44,7 @@ TEXT_PATTERN = (
 )
 PRE_SPLITS = {"text": re.compile(TEXT_PATTERN)}
 
-DEFAULT_MAX_SAMPLE_BYTES = 32 << 20  # 32 MiB: about 0.7 GB of working arrays while training
+DEFAULT_MAX_SAMPLE_BYTES = 16 << 20  # 16 MiB: about 0.5 GB of working arrays (~30 bytes per byte)
 SAMPLE_BLOCK = 1 << 16  # sampling unit: 64 KiB slices of big documents, or packs of small ones
 
 
@@ -157,10 +157,10 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
 
     # initial windows: counts, and positions grouped by code16 = a << 8 | b (radix argsort)
     c16 = seq.byte_pair_codes16()
-    init_pos = np.argsort(c16, kind="stable").astype(np.int32)  # includes cross-segment pairs
+    init_pos = np.argsort(c16, kind="stable")  # includes cross-segment pairs
     init_off = np.concatenate(([0], np.cumsum(np.bincount(c16, minlength=1 << 16))))
     # counts of real windows only: drop the pairs that straddle a segment boundary
-    real = seq.nxt[:seq.n - 1] == np.arange(1, seq.n, dtype=np.int32)
+    real = seq.nxt[:seq.n - 1] == np.arange(1, seq.n)
     w = None if uniform else wpos[:-1][real]
     counts16 = np.bincount(c16[real], weights=w, minlength=1 << 16)  # float64 sums: exact below 2**53
     counts16 = counts16.astype(np.int64)
