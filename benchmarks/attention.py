@@ -5,7 +5,8 @@ scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
     python benchmarks/attention.py --shapes 16,12,1024,64
 
 FLOPs (causal, FlashAttention's convention): forward 4*B*H*T*T*D / 2, backward 2.5x forward.
-Each timing: 3 warm-up runs, then the median of 20 runs timed with CUDA events.
+Each timing: 3 warm-up runs, then the median of 20 samples of 5 back-to-back calls timed with
+CUDA events (one call alone would also time Python's launch cost at the small shapes).
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 SHAPES = [(16, 12, 1024, 64), (16, 12, 1024, 128), (16, 12, 4096, 64), (16, 12, 4096, 128)]
 
 
+INNER = 5   # calls per timed sample, so that Python's launch cost hides behind the GPU work
+
+
 def median_ms_cupy(fn, warm=3, reps=20):
     import cupy as cp
     for _ in range(warm):
@@ -29,10 +33,11 @@ def median_ms_cupy(fn, warm=3, reps=20):
     for _ in range(reps):
         a, b = cp.cuda.Event(), cp.cuda.Event()
         a.record()
-        fn()
+        for _ in range(INNER):
+            fn()
         b.record()
         b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
+        times.append(cp.cuda.get_elapsed_time(a, b) / INNER)
     return float(np.median(times))
 
 
@@ -44,10 +49,11 @@ def median_ms_torch(fn, warm=3, reps=20):
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(INNER):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / INNER)
     return float(np.median(times))
 
 

@@ -198,6 +198,20 @@ def profile(name, B, T):
     for key, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
         print(f"  {key:45s} {c:4d} calls {t:8.2f} ms {100 * t / total:5.1f}%")
     print(f"  {'other (CuPy adds, zeroing, gaps)':45s}      {total - sum(t for _, t in agg.values()):8.2f} ms")
+    # the residual adds the model writes as `x + y` (CuPy) against the vectorised kernel
+    x = cp.ones((N, cfg.d_model), dtype=cp.float16)
+    y = cp.ones((N, cfg.d_model), dtype=cp.float16)
+    for label, f in (("CuPy x + y", lambda: x + y), ("ops.add(x, y)", lambda: ops.add(x, y))):
+        for _ in range(3):
+            f()
+        e0.record()
+        for _ in range(20):
+            f()
+        e1.record()
+        e1.synchronize()
+        ms = cp.cuda.get_elapsed_time(e0, e1) / 20
+        print(f"  residual add {label:16s} ({N}x{cfg.d_model} fp16): {ms * 1e3:7.1f} us, "
+              f"{3 * x.nbytes / ms / 1e9:6.2f} TB/s; x {4 * cfg.n_layers} per step = {4 * cfg.n_layers * ms:.2f} ms")
     del model, m, v
     cp.get_default_memory_pool().free_all_blocks()
 

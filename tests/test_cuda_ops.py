@@ -91,6 +91,9 @@ def test_rmsnorm(ops, N, C):
     dx_ref = ref.rmsnorm_backward(d, cache_ref, dg_ref)
     assert rel(host(dx), dx_ref) < tol(ops)
     assert rel(host(dg), dg_ref) < 1e-5 if ops.precision == "fp32" else rel(host(dg), dg_ref) < 1e-4
+    r, rd = rnd(ops, rng, (N, C))            # the fused residual form: residual + dx
+    dx2 = ops.rmsnorm_backward(dd, cache, cp.zeros((C,), dtype=cp.float32), residual=rd)
+    assert rel(host(dx2), r + dx_ref) < tol(ops)
 
 
 @pytest.mark.parametrize("N,Cin,Cout", [(33, 40, 24), (17, 7, 65), (128, 256, 320)])
@@ -127,7 +130,7 @@ def test_matmul_transposed_views(ops):
     assert rel(host(dwte), dwte_ref) < 1e-5
 
 
-@pytest.mark.parametrize("B,T,H,K,D", [(2, 17, 4, 2, 16), (1, 5, 3, 3, 6), (2, 33, 2, 1, 64)])
+@pytest.mark.parametrize("B,T,H,K,D", [(2, 17, 4, 2, 16), (1, 5, 3, 3, 6), (2, 9, 2, 1, 12), (2, 33, 2, 1, 64)])
 def test_qkv_rope(ops, B, T, H, K, D):
     rng = np.random.default_rng(5)
     qkv, qkvd = rnd(ops, rng, (B * T, (H + 2 * K) * D))
@@ -143,6 +146,14 @@ def test_qkv_rope(ops, B, T, H, K, D):
     dv, dvd = rnd(ops, rng, (B, K, T, D))
     d = ops.qkv_rope_backward(dqd, dkd, dvd, cosd, sind)
     assert rel(host(d), ref.qkv_rope_backward(dq, dk, dv, cos, sin)) < tol(ops)
+
+
+def test_add(ops):
+    rng = np.random.default_rng(12)
+    for shape in [(33, 40), (7, 5)]:
+        a, ad = rnd(ops, rng, shape)
+        b, bd = rnd(ops, rng, shape)
+        assert rel(host(ops.add(ad, bd)), a + b) < tol(ops)
 
 
 def test_merge_heads(ops):

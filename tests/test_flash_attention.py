@@ -83,7 +83,7 @@ def check(precision, B, H, K, T, S, D, seed, strided_dout=False, versions=None):
     return e_o, e_l, errs
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [32, 64, 128])
 @pytest.mark.parametrize("T", [1, 17, 128, 1000])
 def test_flash_fp16(T, D):
     # grouped-query: 4 query heads on 2 kv heads
@@ -93,7 +93,7 @@ def test_flash_fp16(T, D):
 def _all_versions():
     from bytemodel.ops.cuda_ops import FLASH_BWD, FLASH_FWD
     out = []
-    for D in (64, 128):
+    for D in (32, 64, 128):
         fw = [v for (v, d) in FLASH_FWD if d == D]
         bw = [v for (v, d) in FLASH_BWD if d == D]
         out += [(D, f, b) for f in fw for b in bw]

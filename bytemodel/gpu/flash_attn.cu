@@ -1,5 +1,5 @@
 // FlashAttention-2, forward and backward, on tensor cores (mma.sync m16n8k16, FP16 or BF16 in,
-// FP32 accumulate), causal, grouped-query, head dims 64 and 128, any T and S >= T.
+// FP32 accumulate), causal, grouped-query, head dims 32, 64 and 128, any T and S >= T.
 //
 // Layout: q (B, H, T, D), k/v (B, K, S, D), each given by (batch, head, row) strides in elements
 // with the last dim contiguous, so strided views (a KV-cache slice, a (B, T, H, D) buffer seen as
@@ -514,6 +514,8 @@ __device__ __forceinline__ void flash_bwd(
 //   v2: two m-tiles per warp, BM = 128
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d64(FWD_ARGS) { flash_fwd<64, 1, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d128(FWD_ARGS) { flash_fwd<128, 1, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d32(FWD_ARGS) { flash_fwd<32, 1, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d32(FWD_ARGS) { flash_fwd<32, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
 
@@ -528,6 +530,8 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d128(FWD_ARGS) { 
 //   v1: one 16-key m-tile per warp (BN = 64); v2: two per warp (BN = 128, head dim 64)
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d64(BWD_ARGS) { flash_bwd<64, 64, 1, 4>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d32(BWD_ARGS) { flash_bwd<32, 64, 1, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v2_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_v2_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4>(BWD_PASS); }
 
 #endif  // HAS_MMA

@@ -109,7 +109,8 @@ template <int VW>
 __device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
                                                  const float* __restrict__ rstd, const act_t* __restrict__ g,
                                                  act_t* __restrict__ dx, float* __restrict__ dg,
-                                                 long long N, int C, int rows_per_block) {
+                                                 long long N, int C, int rows_per_block,
+                                                 const act_t* __restrict__ res) {
     extern __shared__ float acc[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     for (int c = threadIdx.x; c < C; c += blockDim.x) acc[c] = 0.f;
@@ -137,6 +138,12 @@ __device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout,
                 o[i] = (d[i] * w[i] - xh * dot) * r;
                 atomicAdd(acc + c + i, d[i] * xh);
             }
+            if (res) {
+                float rr[VW];
+                load_row<VW>(res + row * C, c, rr);
+#pragma unroll
+                for (int i = 0; i < VW; i++) o[i] += rr[i];
+            }
             store_row<VW>(dx + row * C, c, o);
         }
     }
@@ -144,12 +151,12 @@ __device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout,
     for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dg + c, acc[c]);
 }
 extern "C" __global__ void rmsnorm_bwd(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
-                                       act_t* dx, float* dg, long long N, int C, int rpb) {
-    rmsnorm_bwd_impl<1>(dout, x, rstd, g, dx, dg, N, C, rpb);
+                                       act_t* dx, float* dg, long long N, int C, int rpb, const act_t* res) {
+    rmsnorm_bwd_impl<1>(dout, x, rstd, g, dx, dg, N, C, rpb, res);
 }
 extern "C" __global__ void rmsnorm_bwd_v8(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
-                                          act_t* dx, float* dg, long long N, int C, int rpb) {
-    rmsnorm_bwd_impl<8>(dout, x, rstd, g, dx, dg, N, C, rpb);
+                                          act_t* dx, float* dg, long long N, int C, int rpb, const act_t* res) {
+    rmsnorm_bwd_impl<8>(dout, x, rstd, g, dx, dg, N, C, rpb, res);
 }
 
 // The same with the dg partials in registers: lane owns columns j*256 + lane*8 .. +7 for
@@ -158,7 +165,8 @@ template <int NCH>
 __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
                                                      const float* __restrict__ rstd, const act_t* __restrict__ g,
                                                      act_t* __restrict__ dx, float* __restrict__ dg,
-                                                     long long N, int C, int rows_per_block) {
+                                                     long long N, int C, int rows_per_block,
+                                                     const act_t* __restrict__ res) {
     extern __shared__ float red[];     // [nwarps][C]
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     float acc[NCH][8], w[NCH][8];
@@ -198,6 +206,12 @@ __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ d
                     o[i] = (d[j][i] * w[j][i] - xh * dot) * r;
                     acc[j][i] += d[j][i] * xh;
                 }
+                if (res) {
+                    float rr[8];
+                    load_row<8>(res + row * C, c, rr);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) o[i] += rr[i];
+                }
                 store_row<8>(dx + row * C, c, o);
             }
         }
@@ -218,8 +232,8 @@ __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ d
 }
 #define RMS_BWD_REG(n) \
 extern "C" __global__ void rmsnorm_bwd_r##n(const act_t* dout, const act_t* x, const float* rstd, const act_t* g, \
-                                           act_t* dx, float* dg, long long N, int C, int rpb) { \
-    rmsnorm_bwd_reg_impl<n>(dout, x, rstd, g, dx, dg, N, C, rpb); }
+                                           act_t* dx, float* dg, long long N, int C, int rpb, const act_t* res) { \
+    rmsnorm_bwd_reg_impl<n>(dout, x, rstd, g, dx, dg, N, C, rpb, res); }
 RMS_BWD_REG(1)
 RMS_BWD_REG(2)
 RMS_BWD_REG(3)
@@ -328,6 +342,68 @@ extern "C" __global__ void qkv_rope_bwd_v2(const act_t* __restrict__ dq, const a
         float2 s = to_f2(*reinterpret_cast<const act2_t*>(sinb + t * h2 + i));
         *reinterpret_cast<act2_t*>(dst + i) = from_f2(d1.x * c.x + d2.x * s.x, d1.y * c.y + d2.y * s.y);
         *reinterpret_cast<act2_t*>(dst + i + h2) = from_f2(d2.x * c.x - d1.x * s.x, d2.y * c.y - d1.y * s.y);
+    }
+}
+
+// 8 neighbouring i per thread (D % 16 == 0): 16-byte accesses. dir = +1 forward (rotate by the
+// angle, qkv -> q, k, v), -1 backward (rotate by minus the angle, dq, dk, dv -> dqkv).
+template <int DIR>
+__device__ __forceinline__ void qkv_rope_v8_impl(const act_t* __restrict__ qkv, const act_t* __restrict__ cosb,
+                                                 const act_t* __restrict__ sinb, act_t* __restrict__ q,
+                                                 act_t* __restrict__ k, act_t* __restrict__ v,
+                                                 int B, int T, int H, int K, int D) {
+    int h2 = D / 2, h8 = D / 16, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h8;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = (idx % h8) * 8; i64 rest = idx / h8;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        act_t* packed = const_cast<act_t*>(qkv) + n * J * D + j * D;
+        act_t* head;
+        if (j < H) head = q + (((i64)b * H + j) * T + t) * D;
+        else if (j < H + K) head = k + (((i64)b * K + (j - H)) * T + t) * D;
+        else head = v + (((i64)b * K + (j - H - K)) * T + t) * D;
+        const act_t* src = DIR > 0 ? packed : head;
+        act_t* dst = DIR > 0 ? head : packed;
+        vec8 a = *reinterpret_cast<const vec8*>(src + i), c2 = *reinterpret_cast<const vec8*>(src + i + h2);
+        if (j >= H + K) {
+            *reinterpret_cast<vec8*>(dst + i) = a;
+            *reinterpret_cast<vec8*>(dst + i + h2) = c2;
+            continue;
+        }
+        float cs[8], sn[8];
+        load_row<8>(cosb + t * h2, i, cs);
+        load_row<8>(sinb + t * h2, i, sn);
+        vec8 o1, o2;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float x1 = to_f(a.v[e]), x2 = to_f(c2.v[e]);
+            float s = DIR > 0 ? sn[e] : -sn[e];
+            o1.v[e] = from_f(x1 * cs[e] - x2 * s);
+            o2.v[e] = from_f(x2 * cs[e] + x1 * s);
+        }
+        *reinterpret_cast<vec8*>(dst + i) = o1;
+        *reinterpret_cast<vec8*>(dst + i + h2) = o2;
+    }
+}
+extern "C" __global__ void qkv_rope_fwd_v8(const act_t* qkv, const act_t* cosb, const act_t* sinb, act_t* q,
+                                           act_t* k, act_t* v, int B, int T, int H, int K, int D) {
+    qkv_rope_v8_impl<1>(qkv, cosb, sinb, q, k, v, B, T, H, K, D);
+}
+extern "C" __global__ void qkv_rope_bwd_v8(const act_t* dq, const act_t* dk, const act_t* dv, const act_t* cosb,
+                                           const act_t* sinb, act_t* dqkv, int B, int T, int H, int K, int D) {
+    qkv_rope_v8_impl<-1>(dqkv, cosb, sinb, const_cast<act_t*>(dq), const_cast<act_t*>(dk),
+                         const_cast<act_t*>(dv), B, T, H, K, D);
+}
+
+// out = a + b (the residual stream), 8 per thread when n % 8 == 0
+extern "C" __global__ void add_v8(const act_t* __restrict__ a, const act_t* __restrict__ b,
+                                  act_t* __restrict__ out, long long n8) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (i64)gridDim.x * blockDim.x) {
+        vec8 x = reinterpret_cast<const vec8*>(a)[i], y = reinterpret_cast<const vec8*>(b)[i], z;
+#pragma unroll
+        for (int e = 0; e < 8; e++) z.v[e] = from_f(to_f(x.v[e]) + to_f(y.v[e]));
+        reinterpret_cast<vec8*>(out)[i] = z;
     }
 }
 

@@ -48,10 +48,12 @@ _GEMM_DEFAULT = -1
 _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
 # FlashAttention instantiations in flash_attn.cu: (version, head dim) -> tile sizes.
 # forward: BM query rows per CTA, BN keys per tile; backward: BN keys per CTA, BM queries per tile.
-FLASH_FWD = {("v1", 64): (64, 64), ("v1", 128): (64, 64), ("v2", 64): (128, 64), ("v2", 128): (128, 32)}
-FLASH_BWD = {("v1", 64): (64, 64), ("v1", 128): (32, 64), ("v2", 64): (32, 128)}
+FLASH_FWD = {("v1", 32): (64, 64), ("v2", 32): (128, 64), ("v1", 64): (64, 64), ("v2", 64): (128, 64),
+             ("v1", 128): (64, 64), ("v2", 128): (128, 32)}
+FLASH_BWD = {("v1", 32): (64, 64), ("v2", 32): (32, 128), ("v1", 64): (64, 64), ("v2", 64): (32, 128),
+             ("v1", 128): (32, 64)}
 # the versions used, per head dim (chosen by benchmarks/attention.py on the H200)
-FLASH_DEFAULT = {64: ("v2", "v2"), 128: ("v2", "v1")}
+FLASH_DEFAULT = {32: ("v2", "v2"), 64: ("v2", "v2"), 128: ("v2", "v1")}
 _FLASH_D = tuple(FLASH_DEFAULT)
 
 
@@ -264,10 +266,14 @@ class CudaBackend:
         self._fn(name)(((N + 7) // 8,), (256,), (x, g, out, rstd, _i64(N), _i32(C), _f32(eps)))
         return out, (x, rstd, g)
 
-    def rmsnorm_backward(self, dout, cache, dg):
-        """dout (N, C) -> dx (N, C); dg (C,) fp32 += sum over rows of dout * xhat."""
+    def rmsnorm_backward(self, dout, cache, dg, residual=None):
+        """dout (N, C) -> dx (N, C); dg (C,) fp32 += sum over rows of dout * xhat.
+
+        With `residual` (N, C) the result is residual + dx, in the same pass (the residual
+        stream's gradient; numpy_ops has no such argument: the model adds it itself)."""
         x, rstd, g = cache
         dout = self._act(dout)
+        res = np.uint64(0) if residual is None else self._act(residual)
         N, C = x.shape
         dx = self._empty((N, C))
         assert dg.flags.c_contiguous and dg.dtype == np.float32
@@ -277,7 +283,7 @@ class CudaBackend:
         else:                         # dg partials through shared-memory atomics
             name, smem = ("rmsnorm_bwd_v8" if C % 8 == 0 else "rmsnorm_bwd"), 4 * C
         self._fn(name)(((N + rpb - 1) // rpb,), (256,),
-                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb)), shared_mem=smem)
+                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb), res), shared_mem=smem)
         return dx
 
     # ------------------------------------------------------------------ matmul (cuBLAS)
@@ -313,9 +319,9 @@ class CudaBackend:
         q = self._empty((B, H, T, D))
         k = self._empty((B, K, T, D))
         v = self._empty((B, K, T, D))
-        vec = D % 4 == 0
-        total = B * T * (H + 2 * K) * (D // 4 if vec else D // 2)
-        self._fn("qkv_rope_fwd_v2" if vec else "qkv_rope_fwd")(
+        vw = 8 if D % 16 == 0 else (2 if D % 4 == 0 else 1)    # elements per thread and half
+        total = B * T * (H + 2 * K) * (D // 2 // vw)
+        self._fn({8: "qkv_rope_fwd_v8", 2: "qkv_rope_fwd_v2", 1: "qkv_rope_fwd"}[vw])(
             (_blocks(total),), (256,),
             (qkv, cos, sin, q, k, v, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
         return q, k, v
@@ -327,12 +333,23 @@ class CudaBackend:
         B, H, T, D = dq.shape
         K = dk.shape[1]
         dqkv = self._empty((B * T, (H + 2 * K) * D))
-        vec = D % 4 == 0
-        total = B * T * (H + 2 * K) * (D // 4 if vec else D // 2)
-        self._fn("qkv_rope_bwd_v2" if vec else "qkv_rope_bwd")(
+        vw = 8 if D % 16 == 0 else (2 if D % 4 == 0 else 1)    # elements per thread and half
+        total = B * T * (H + 2 * K) * (D // 2 // vw)
+        self._fn({8: "qkv_rope_bwd_v8", 2: "qkv_rope_bwd_v2", 1: "qkv_rope_bwd"}[vw])(
             (_blocks(total),), (256,),
             (dq, dk, dv, cos, sin, dqkv, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
         return dqkv
+
+    def add(self, a, b):
+        """a + b (the residual stream), one vectorised pass; same shapes, activation dtype.
+        (A hook: the model may call ops.add where it has `x + y`.)"""
+        if a.dtype != self.act_dtype or b.dtype != self.act_dtype or a.shape != b.shape or a.size % 8:
+            return a + b
+        a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+        out = self._empty(a.shape)
+        n8 = a.size // 8
+        self._fn("add_v8")((_blocks(n8),), (256,), (a, b, out, _i64(n8)))
+        return out
 
     def merge_heads_forward(self, a):
         """a (B, H, T, D) -> (B*T, H*D). Free when a is a (B, T, H, D) buffer seen as
@@ -373,7 +390,7 @@ class CudaBackend:
     def attention_forward(self, q, k, v, block=None):
         """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) fp32 (natural log).
 
-        FlashAttention-2 on tensor cores (fp16/bf16, D in {64, 128}); otherwise cuBLAS + softmax.
+        FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); otherwise cuBLAS + softmax.
         The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
         """
         if not self._flash_ok(q, k):
