@@ -65,32 +65,33 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
     Documents are cut into units of at most SAMPLE_BLOCK bytes: a big document into consecutive
     slices, small consecutive documents packed together (each stays its own segment). If all
     units fit, everything is kept; otherwise reservoir sampling (Algorithm R, NumPy generator
-    seeded with `seed`) keeps max_bytes // SAMPLE_BLOCK units, returned in input order. Memory is
-    the sample plus the largest single document the iterable yields.
+    seeded with `seed`) keeps max_bytes // SAMPLE_BLOCK units, returned in input order, with
+    consecutive kept slices of one document joined again (so a source that fits comes back as its
+    documents). Memory is the sample plus the largest single document the iterable yields.
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = [bytes(data)]
     cap = max(1, max_bytes // SAMPLE_BLOCK) if max_bytes >= SAMPLE_BLOCK else 1
     block = min(SAMPLE_BLOCK, max(1, max_bytes))
     rng = np.random.default_rng(seed)
-    kept: list[tuple[int, list[bytes]]] = []
+    kept: list[tuple[int, list[tuple[int, int, bytes]]]] = []
     n_units = 0
 
-    def units():
-        pack: list[bytes] = []
+    def units():  # each unit: list of (document number, slice number, bytes)
+        pack: list[tuple[int, int, bytes]] = []
         size = 0
-        for doc in data:
+        for k, doc in enumerate(data):
             doc = bytes(doc)
             if not doc:
                 continue
             if len(doc) >= block:
-                for i in range(0, len(doc), block):
-                    yield [doc[i:i + block]]
+                for j, i in enumerate(range(0, len(doc), block)):
+                    yield [(k, j, doc[i:i + block])]
                 continue
             if size + len(doc) > block:
                 yield pack
                 pack, size = [], 0
-            pack.append(doc)
+            pack.append((k, 0, doc))
             size += len(doc)
         if pack:
             yield pack
@@ -104,7 +105,17 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
                 kept[j] = (n_units, unit)
         n_units += 1
     kept.sort(key=lambda x: x[0])
-    return [seg for _, unit in kept for seg in unit]
+    # consecutive slices of one document that were both kept are joined again
+    out: list[bytes] = []
+    last = (-1, -1)
+    for _, unit in kept:
+        for k, j, piece in unit:
+            if (k, j - 1) == last:
+                out[-1] += piece
+            else:
+                out.append(piece)
+            last = (k, j)
+    return out
 
 
 def train_bpe(
