@@ -84,6 +84,15 @@ class Model:
         self._rope = {}
         self._acts = None
 
+    def replica(self) -> "Model":
+        """A model sharing these weights with its own gradients and activations (for threads)."""
+        r = Model.__new__(Model)
+        r.__dict__.update(self.__dict__)
+        r.grads = self.xp.zeros_like(self.grads)
+        r.g = views(r.grads, self.cfg)
+        r._rope, r._acts = {}, None
+        return r
+
     # ------------------------------------------------------------------ parameters
     def init_weights(self, seed: int = 0) -> None:
         """N(0, init_std) matrices, output projections scaled by 1/sqrt(2L), gains 1."""

@@ -26,6 +26,7 @@ from .data import Corpus, build_corpus, open_corpus, sample_batch, eval_windows
 from .errors import BytemodelError, ConfigError, CheckpointError, SourceError
 from .model import Model
 from .ops import get_backend, resolve_device
+from .parallel import CoreParallel
 from .optim import AdamW, LossScaler, global_norm, lr_at
 from .tokenizer import Tokenizer
 
@@ -57,6 +58,7 @@ class TrainConfig:
     precision: str = "fp32"
     reader: str = ""           # "" = detect from the file
     merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
+    workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
     model: dict = field(default_factory=dict)  # ModelConfig overrides
 
     def validate(self) -> None:
@@ -66,6 +68,8 @@ class TrainConfig:
                 raise ConfigError(f"{f.replace('_', '-')} must be positive, got {getattr(self, f)}")
         if self.context < 0:
             raise ConfigError(f"context must be positive, got {self.context}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers}")
         if self.merges < 0:
             raise ConfigError(f"merges must be >= 0, got {self.merges}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -89,10 +93,13 @@ class TrainResult:
     history: list = field(default_factory=list)
 
 
-def evaluate(model: Model, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+def evaluate(model, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
              batch: int = 16) -> tuple[float, float]:
-    """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`."""
-    ops = model.ops
+    """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`.
+
+    model: a Model or a CoreParallel (anything with .forward(idx, targets) -> per-token losses).
+    """
+    ops = getattr(model, "model", model).ops
     nll = 0.0
     n_tok = 0
     n_bytes = 0
@@ -102,7 +109,7 @@ def evaluate(model: Model, tokens: np.ndarray, tokenizer: Tokenizer, context: in
         nonlocal nll, n_tok, n_bytes
         x, y = np.concatenate(xs), np.concatenate(ys)
         losses = ops.to_numpy(model.forward(ops.asarray(x), ops.asarray(y))).astype(np.float64)
-        model._acts = None
+        getattr(model, "model", model)._acts = None
         nll += losses.sum()
         n_tok += losses.size
         n_bytes += int(tokenizer.token_lengths[y.reshape(-1)].sum())
@@ -214,6 +221,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
     device = resolve_device(tc.device)
     ops = get_backend(device, tc.precision)
     model = Model(cfg, ops)
+    runner = CoreParallel(model, tc.workers or None)   # batch slices over CPU cores (1 on a GPU)
     opt = AdamW(model, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
     scaler = LossScaler(enabled=(tc.precision == "fp16"))
     step = 0
@@ -260,7 +268,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
         while step < tc.steps:
             x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, step)
             model.grads[...] = 0
-            losses = model.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scaler.scale)
+            losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scaler.scale)
             loss = float(losses.mean())
             norm = global_norm(ops, model.grads) / scaler.scale
             finite = math.isfinite(norm) and math.isfinite(loss)
@@ -281,7 +289,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
                    "lr": lr_at(step - 1, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio),
                    "tokens_per_s": tps, "bytes_per_s": tps * bytes_per_token, "time": time.time()}
             if step % tc.eval_every == 0 or step == tc.steps or stop.set:
-                last_val, _ = evaluate(model, corpus.val, tok, T, tc.eval_tokens)
+                last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
                 rec["val_bpb"] = last_val
                 save()
                 bar.note(f"step {step}: train {rec['bpb']:.3f} bits/byte, val {last_val:.3f} bits/byte")
@@ -291,6 +299,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             if stop.set:
                 interrupted = True
                 break
+    runner.close()
     if interrupted:
         log(f"interrupted: saved step {step} to {run_dir / ckpt.CKPT_NAME}; resume with --resume --out {run_dir}")
     return TrainResult(run_dir, run_dir / ckpt.CKPT_NAME, step, last_val, last_loss, interrupted, history)

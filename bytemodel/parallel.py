@@ -1,0 +1,92 @@
+"""Data parallel over CPU cores: each core runs the model on its slice of the batch.
+
+NumPy releases the GIL inside its loops and BLAS calls, so Python threads run the ops of different
+batch slices at the same time. Every worker has a replica of the model that shares the weights
+and keeps its own gradient buffer and activations; after the step the replicas' gradients are
+added into the main buffer in a fixed order (so results are deterministic run to run). BLAS is
+held to one thread per worker meanwhile: several multithreaded BLAS calls at once oversubscribe the
+cores, which on small matrices is many times slower than single-threaded BLAS.
+
+Used on the CPU backend only; a GPU backend runs the whole batch at once.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class CoreParallel:
+    """loss_and_grad / forward over `workers` slices of the batch. workers=1 is the model itself."""
+
+    def __init__(self, model, workers: int | None = None):
+        self.model = model
+        self.workers = max(1, workers or default_workers())
+        if model.ops.name != "numpy":
+            self.workers = 1
+        self.replicas = [model] + [model.replica() for _ in range(self.workers - 1)]
+        self.pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+        self._limiter = None
+        if self.workers > 1:
+            try:
+                from threadpoolctl import ThreadpoolController
+                self._limiter = ThreadpoolController()
+            except ImportError:  # still correct, only slower
+                self._limiter = None
+
+    def _slices(self, B):
+        n = min(self.workers, B)
+        return [s for s in np.array_split(np.arange(B), n) if len(s)]
+
+    def _run(self, fn):
+        if self._limiter is None:
+            return fn()
+        with self._limiter.limit(limits=1, user_api="blas"):
+            return fn()
+
+    def loss_and_grad(self, idx, targets, weight: float = 1.0):
+        """Per-token losses (B*T,); grads += weight * d(mean loss)/d(params), as Model.loss_and_grad."""
+        if self.pool is None or idx.shape[0] == 1:
+            return self.model.loss_and_grad(idx, targets, weight)
+        B = idx.shape[0]
+        parts = self._slices(B)
+
+        def work():
+            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * len(s) / B)
+                    for r, s in zip(self.replicas, parts)]
+            return [f.result() for f in futs]
+        losses = self._run(work)
+        for r in self.replicas[1:len(parts)]:
+            self.model.grads += r.grads
+            r.grads[...] = 0
+        return np.concatenate(losses)
+
+    def forward(self, idx, targets):
+        """Per-token losses (B*T,) without keeping activations."""
+        if self.pool is None or idx.shape[0] == 1:
+            out = self.model.forward(idx, targets)
+            self.model._acts = None
+            return out
+        parts = self._slices(idx.shape[0])
+
+        def one(r, s):
+            out = r.forward(idx[s], targets[s])
+            r._acts = None
+            return out
+
+        def work():
+            futs = [self.pool.submit(one, r, s) for r, s in zip(self.replicas, parts)]
+            return [f.result() for f in futs]
+        return np.concatenate(self._run(work))
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
