@@ -58,13 +58,69 @@ def cublas_peak():
 
 
 # ------------------------------------------------------------------------------------------------
-def ours(name, B, T, steps, flash=True, graph=False, precision="fp16"):
+def fused_model_class():
+    """bytemodel.model.Model with the residual additions through the backend's fused hooks
+    (ops.add; rmsnorm_backward(..., residual=dx)): what model.py would do if it used them. Only
+    here to measure the gain; the math is identical."""
+    from bytemodel.model import Model
+
+    class FusedModel(Model):
+        def forward(self, idx, targets):
+            o, cfg = self.ops, self.cfg
+            B, T = idx.shape
+            N, C, H, K = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads
+            W = self.weights()
+            cos, sin = self.rope(T, 0, getattr(o, "act_dtype", self.dtype))
+            acts = []
+            x, emb_cache = o.embedding_forward(W["wte"], idx)
+            x = x.reshape(N, C)
+            for i in range(cfg.n_layers):
+                p = f"layers.{i}."
+                h1, n1 = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)
+                q, k, v = o.qkv_rope_forward(o.matmul_forward(h1, W[p + "wqkv"]), cos, sin, B, T, H, K)
+                a, lse = o.attention_forward(q, k, v)
+                am = o.merge_heads_forward(a)
+                x = o.add(x, o.matmul_forward(am, W[p + "wo"]))
+                h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)
+                s, sw = o.swiglu_forward(o.matmul_forward(h2, W[p + "w_gateup"]))
+                x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))
+                acts.append((h1, n1, q, k, v, a, lse, am, h2, n2, sw, s))
+            hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
+            wh, _ = self.head(W)
+            losses, ce = o.cross_entropy_forward(o.matmul_forward(hf, wh), targets.reshape(N))
+            self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce)
+            return losses
+
+        def backward(self, dlosses):
+            o, cfg, G = self.ops, self.cfg, self.g
+            B, T, W, cos, sin, emb_cache, acts, hf, nf, ce = self._acts
+            H, D = cfg.n_heads, cfg.head_dim
+            wh, dwh = self.head(W)
+            dx = o.matmul_backward(o.cross_entropy_backward(dlosses, ce), hf, wh, dwh)
+            dx = o.rmsnorm_backward(dx, nf, G["norm_f"])
+            for i in reversed(range(cfg.n_layers)):
+                p = f"layers.{i}."
+                h1, n1, q, k, v, a, lse, am, h2, n2, sw, s = acts[i]
+                ds = o.matmul_backward(dx, s, W[p + "w_down"], G[p + "w_down"])
+                dh2 = o.matmul_backward(o.swiglu_backward(ds, sw), h2, W[p + "w_gateup"], G[p + "w_gateup"])
+                dx = o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"], residual=dx)
+                dam = o.matmul_backward(dx, am, W[p + "wo"], G[p + "wo"])
+                dq, dk, dv = o.attention_backward(o.merge_heads_backward(dam, B, H, T, D), q, k, v, a, lse)
+                dh1 = o.matmul_backward(o.qkv_rope_backward(dq, dk, dv, cos, sin), h1, W[p + "wqkv"], G[p + "wqkv"])
+                dx = o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"], residual=dx)
+            o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
+            self._acts = None
+
+    return FusedModel
+
+
+def ours(name, B, T, steps, flash=True, graph=False, precision="fp16", fused=False):
     import cupy as cp
     from bytemodel.model import Model
     from bytemodel.ops.cuda_ops import CudaBackend
     cfg = preset(name)
     ops = CudaBackend(precision, flash=flash)
-    model = Model(cfg, ops)
+    model = (fused_model_class() if fused else Model)(cfg, ops)
     model.init_weights(0)
     m = cp.zeros_like(model.params)
     v = cp.zeros_like(model.params)
@@ -325,8 +381,9 @@ def main():
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--no-flash-run", action="store_true", help="also time the cuBLAS+softmax attention path")
-    ap.add_argument("--graph", action="store_true", help="also time a CUDA-graph replay of our step")
-    ap.add_argument("--bf16", action="store_true", help="also time bf16 (ours and compiled PyTorch)")
+    ap.add_argument("--graph", action="store_true", help="also try a CUDA-graph replay of our step "
+                    "(CuPy 14 refuses cuBLAS calls during stream capture, so this reports the failure)")
+    ap.add_argument("--bf16", nargs="*", default=[], help="presets to also time in bf16 (ours and compiled PyTorch)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--profile", action="store_true", help="only print a per-op GPU time profile")
     a = ap.parse_args()
@@ -354,6 +411,7 @@ def main():
     for name in a.presets:
         B, T = RUNS[name]
         report(name, "bytemodel fp16 (flash)", ours(name, B, T, a.steps))
+        report(name, "bytemodel fp16 (flash, fused adds)", ours(name, B, T, a.steps, fused=True))
         if a.graph:
             try:
                 report(name, "bytemodel fp16 (flash, graph)", ours(name, B, T, a.steps, graph=True))
@@ -361,13 +419,13 @@ def main():
                 print(f"{name}: CUDA graph capture failed: {e!r}", flush=True)
         if a.no_flash_run:
             report(name, "bytemodel fp16 (cuBLAS attn)", ours(name, B, T, max(2, a.steps // 3), flash=False))
-        if a.bf16:
-            report(name, "bytemodel bf16 (flash)", ours(name, B, T, a.steps, precision="bf16"))
+        if name in a.bf16:
+            report(name, "bytemodel bf16 (flash, fused adds)", ours(name, B, T, a.steps, precision="bf16", fused=True))
         if not a.skip_torch:
             report(name, "PyTorch eager fp16", torch_run(name, B, T, a.steps))
             if not a.skip_compile:
                 report(name, "PyTorch compile fp16", torch_run(name, B, T, a.steps, compile=True))
-                if a.bf16:
+                if name in a.bf16:
                     report(name, "PyTorch compile bf16", torch_run(name, B, T, a.steps, compile=True, dtype="bf16"))
     if a.json:
         with open(a.json, "w") as f:

@@ -142,6 +142,8 @@ class CudaBackend:
 
     def _act(self, a):
         """A C-contiguous array of the activation dtype."""
+        if type(a) is cp.ndarray and a.dtype == self.act_dtype and a.flags.c_contiguous:
+            return a                        # the common case, kept cheap: ops are launch-bound
         a = cp.asarray(a)
         if a.dtype != self.act_dtype:
             a = a.astype(self.act_dtype)
