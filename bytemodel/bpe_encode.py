@@ -16,6 +16,7 @@ piece boundary of the pattern, so that case is exact too.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from typing import BinaryIO, Iterable, Iterator
 
@@ -24,6 +25,9 @@ import numpy as np
 from .bpe_seq import DEAD, SHIFT, LinkedSeq
 from .bpe_train import PRE_SPLITS, pre_split_pieces
 from .errors import TokenizerError
+
+
+NONE = 0xFFFF  # "no rank" in uint16 rank arrays; ranks are < 65535 - 256
 
 
 class MergeTable:
@@ -81,12 +85,24 @@ class MergeTable:
         return self._safe
 
 
+@functools.lru_cache(maxsize=8)
+def _cached_table(key: tuple) -> MergeTable:
+    return MergeTable(list(key))
+
+
+def as_table(merges) -> MergeTable:
+    """A MergeTable for a merges list (the last few are cached by value) or the table itself."""
+    if isinstance(merges, MergeTable):
+        return merges
+    return _cached_table(tuple((int(a), int(b)) for a, b in merges))
+
+
 def apply_merges(ids: np.ndarray, merges, seg_ends: np.ndarray | None = None) -> np.ndarray:
     """uint16[N] ids -> uint16[n] ids after the merges (list of pairs, or a MergeTable).
 
     seg_ends: optional int[S] exclusive segment ends; no merge crosses a segment boundary.
     """
-    table = merges if isinstance(merges, MergeTable) else MergeTable(merges)
+    table = as_table(merges)
     ids = np.asarray(ids)
     if table.n == 0 or len(ids) < 2:
         return ids.astype(np.uint16)
@@ -121,7 +137,7 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
         _add_to_index(index, pending, wpos, table.rank_of(_codes(tok[wpos], tok[wpos + 1])))
     heapq.heapify(pending)
     right, left = table.right, table.left
-    lut = np.full(DEAD + 1, -1, dtype=np.int32)  # partner id -> rank, for the merge at hand
+    lut = np.full(DEAD + 1, NONE, dtype=np.uint16)  # partner id -> rank, for the merge at hand
     while pending:
         r = heapq.heappop(pending)
         a, b = table.merges[r]
@@ -135,10 +151,13 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
         P, Q = seq.find(cands, a, b)
         if len(P) == 0:
             continue
-        L, R = seq.apply(P, Q, t)
-        for pos, other, partners in ((P, tok[R], right.get(t)), (L, tok[L], left.get(t))):
+        rp, lp = right.get(t), left.get(t)
+        L, R = seq.apply(P, Q, t, want_left=lp is not None)
+        for side in (0, 1):
+            partners = rp if side == 0 else lp
             if partners is None:
                 continue
+            pos, other = (P, tok[R]) if side == 0 else (L, tok[L])
             ids, rks = partners
             if len(ids) == 1:
                 hit = np.flatnonzero(other == ids[0])
@@ -146,13 +165,13 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
                     _put(index, pending, int(rks[0]), pos[hit])
                 continue
             lut[ids] = rks
-            rk = lut[other]  # DEAD maps to -1
-            lut[ids] = -1
-            hit = np.flatnonzero(rk >= 0)
+            rk = lut[other]  # DEAD maps to NONE
+            lut[ids] = NONE
+            hit = np.flatnonzero(rk != NONE)
             if len(hit) == 0:
                 continue
             pos, rk = pos[hit], rk[hit]
-            order = np.argsort(rk, kind="stable")
+            order = np.argsort(rk, kind="stable")  # uint16: a radix sort
             pos, rk = pos[order], rk[order]
             bounds = np.flatnonzero(np.concatenate(([True], rk[1:] != rk[:-1]))).tolist() + [len(rk)]
             for j, rr in enumerate(rk[bounds[:-1]].tolist()):
@@ -185,7 +204,7 @@ def _add_to_index(index: dict, pending: list, pos: np.ndarray, ranks: np.ndarray
 
 def encode_bytes(data: bytes, merges, pre_split: str | None = None) -> np.ndarray:
     """bytes -> uint16 ids. pre_split "text" encodes each distinct regex piece once."""
-    table = merges if isinstance(merges, MergeTable) else MergeTable(merges)
+    table = as_table(merges)
     raw = np.frombuffer(bytes(data), dtype=np.uint8)
     if pre_split is None or table.n == 0 or len(raw) < 2:
         return apply_merges(raw, table)
@@ -257,7 +276,7 @@ def encode_chunks(chunks: Iterable[bytes], merges, pre_split: str | None = None,
     Each piece encoded holds between chunk_bytes // 2 and max_chunk bytes, cut at a safe boundary
     (see the module docstring). The concatenated output decodes to the concatenated input.
     """
-    table = merges if isinstance(merges, MergeTable) else MergeTable(merges)
+    table = as_table(merges)
     if pre_split is not None and pre_split not in PRE_SPLITS:
         raise TokenizerError(f"unknown pre-split {pre_split!r}")
     buf = bytearray()
@@ -278,7 +297,7 @@ def encode_chunks(chunks: Iterable[bytes], merges, pre_split: str | None = None,
 def encode_file(src: str | BinaryIO, dst: str | BinaryIO, merges, pre_split: str | None = None,
                 read_bytes: int = 1 << 20, **kw) -> tuple[int, int]:
     """Encode the raw bytes of src into dst as uint16 little-endian ids; returns (bytes, ids)."""
-    table = merges if isinstance(merges, MergeTable) else MergeTable(merges)
+    table = as_table(merges)
     fin = open(src, "rb") if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__") else src
     fout = open(dst, "wb") if isinstance(dst, (str, bytes)) or hasattr(dst, "__fspath__") else dst
     n_in = n_out = 0

@@ -68,11 +68,10 @@ class LinkedSeq:
         Returns (P intp[K] left positions, Q intp[K] right positions), sorted.
         """
         tok = self.tok
-        q = self.nxt[cands]
-        ok = tok[cands] == a
-        ok &= tok[q] == b  # the sentinel and dead positions hold DEAD, never b
-        idx = np.flatnonzero(ok)
-        return cands[idx], q[idx]
+        c = cands[tok[cands] == a]
+        q = self.nxt[c]
+        ok = tok[q] == b  # the sentinel and dead positions hold DEAD, never b
+        return c[ok], q[ok]
 
     @staticmethod
     def non_overlapping(P: np.ndarray, Q: np.ndarray, same: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -99,16 +98,16 @@ class LinkedSeq:
         P, Q = self.windows(cands, a, b)
         return self.non_overlapping(P, Q, a == b)
 
-    def apply(self, P: np.ndarray, Q: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+    def apply(self, P: np.ndarray, Q: np.ndarray, t: int, want_left: bool = True):
         """Merge the occurrences found by find(): P takes id t, Q dies, P links to nxt[Q].
 
         Returns (L, R): intp[K] the left and right neighbours of each P (the sentinel N at a
-        segment edge). The windows created are (tok[L], t) at L and (t, tok[R]) at P, except
+        segment edge; L is None unless want_left). The windows created are (tok[L], t) at L and (t, tok[R]) at P, except
         where tok[L] or tok[R] is DEAD: L == the previous Q (that window is the (t, t) one at
         the previous P) or a segment edge. tok[R] == t where R is itself a merged position.
         """
         tok, nxt, prv = self.tok, self.nxt, self.prv
-        L = prv[P]
+        L = prv[P] if want_left else None
         R = nxt[Q]
         tok[P] = t
         tok[Q] = DEAD
