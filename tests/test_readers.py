@@ -637,3 +637,20 @@ def test_write_output_picks_the_format(tmp_path):
 
 def test_errors_are_bytemodel_errors():
     assert issubclass(SourceError, BytemodelError) and issubclass(ConfigError, BytemodelError)
+
+
+def test_optional_libraries_are_imported_lazily():
+    """`import bytemodel.readers` works on machines without soundfile, Pillow or zstandard."""
+    code = ("import sys, bytemodel, bytemodel.readers, bytemodel.datasets; "
+            "print(sorted(m for m in ('soundfile', 'PIL', 'zstandard') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_missing_optional_library_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # import soundfile -> ImportError
+    f = tmp_path / "a.wav"
+    f.write_bytes(b"RIFF")
+    with pytest.raises(SourceError, match="the audio reader needs the Python package 'soundfile'"):
+        list(read_documents(f))

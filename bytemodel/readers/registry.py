@@ -116,7 +116,7 @@ def reader_for_extension(name: str) -> type[Reader] | None:
     best: tuple[int, type[Reader]] | None = None
     for cls in _all().values():
         for ext in cls.extensions:
-            if low.endswith(ext) and len(low) > len(ext) - 1 and (best is None or len(ext) > best[0]):
+            if low.endswith(ext) and (best is None or len(ext) > best[0]):
                 best = (len(ext), cls)
     return best[1] if best else None
 
