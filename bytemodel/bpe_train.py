@@ -71,6 +71,8 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = [bytes(data)]
+    if isinstance(data, (list, tuple)) and sum(map(len, data)) <= max_bytes:  # it all fits
+        return [d if isinstance(d, bytes) else bytes(d) for d in data if len(d)]
     cap = max(1, max_bytes // SAMPLE_BLOCK) if max_bytes >= SAMPLE_BLOCK else 1
     block = min(SAMPLE_BLOCK, max(1, max_bytes))
     rng = np.random.default_rng(seed)
@@ -146,9 +148,12 @@ def train_bpe(
         raise TokenizerError("no data to learn merges from (empty source)")
     if n_merges == 0:
         return []
-    counter: Counter[bytes] = Counter()
-    for s in segs:
-        counter.update(pre_split_pieces(s, pre_split))
+    if pre_split is None:
+        counter: Counter[bytes] = Counter(segs)
+    else:
+        counter = Counter()
+        for s in segs:
+            counter.update(pre_split_pieces(s, pre_split))
     del segs
     return _learn(list(counter.keys()), list(counter.values()), n_merges)
 
@@ -175,10 +180,19 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
     w = None if uniform else wpos[:-1][real]
     counts16 = np.bincount(c16[real], weights=w, minlength=1 << 16)  # float64 sums: exact below 2**53
     counts16 = counts16.astype(np.int64)
+    # Exact counts per "slot": slot 1 + code16 for byte pairs, then one new slot per pair made by
+    # a merge (if it occurs at least twice: pairs below 2 can never rise, so they are not kept).
+    # slot_at[p] is the slot of the window starting at p (0: untracked), so the windows a merge
+    # destroys are subtracted from their counts without any per-pair Python work.
+    slot_at = np.zeros(seq.n + 1, dtype=np.intp)
+    slot_at[:seq.n - 1][real] = c16[real].astype(np.intp) + 1
+    cnt = np.zeros(max(1 << 17, 4 * n_merges + (1 << 16)), dtype=np.int64)
+    cnt[1:(1 << 16) + 1] = counts16
+    n_slots = (1 << 16) + 1
     del c16, real, w
-    # heap of (-count, a, b): counts are upper bounds (they only fall after a push); a popped
-    # entry is recounted from its positions and merged only if still exact, else pushed back.
-    # Pairs counted < 2 are never stored: their counts cannot rise again.
+    slot_of: dict[int, int] = {}  # code (with an id >= 256) -> slot
+    # heap of (-count, a, b), lazily refreshed: an entry whose count is no longer exact is
+    # pushed back with the exact one (counts only fall after their push)
     heap: list[tuple[int, int, int]] = []
     for code in np.flatnonzero(counts16 >= 2).tolist():
         heap.append((-int(counts16[code]), code >> 8, code & 0xFF))
@@ -191,16 +205,11 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
         while heap:
             negc, a, b = heapq.heappop(heap)
             code = (a << SHIFT) | b
-            cands = index.get(code)
-            if cands is None:  # only byte pairs start outside the index
-                c = (a << 8) | b
-                cands = init_pos[init_off[c]:init_off[c + 1]]
-            P, Q = seq.windows(cands, a, b)
-            cur = len(P) if uniform else int(wpos[P].sum())
+            slot = ((a << 8) | b) + 1 if a < 256 and b < 256 else slot_of[code]
+            cur = int(cnt[slot])
             if cur == -negc:
                 break
             if cur >= 2:
-                index[code] = P
                 heapq.heappush(heap, (-cur, a, b))
             else:
                 index.pop(code, None)
@@ -211,30 +220,51 @@ def _learn(pieces: list[bytes], weights: list[int], n_merges: int) -> list[tuple
                 f"asked for {n_merges}: use fewer merges or more data")
         t = 256 + len(merges)
         merges.append((a, b))
-        index.pop(code, None)
-        P, Q = seq.non_overlapping(P, Q, a == b)
+        cands = index.pop(code, None)
+        if cands is None:  # only byte pairs start outside the index
+            c = (a << 8) | b
+            cands = init_pos[init_off[c]:init_off[c + 1]]
+        P, Q = seq.find(cands, a, b)
         L, R = seq.apply(P, Q, t)
-        # new windows: (x, t) at L and (t, y) at P, where x, y are live (not DEAD)
-        for pos, other, left in ((L, tok[L], True), (P, tok[R], False)):
-            live = other != DEAD
-            pos, other = pos[live], other[live]
+        # destroyed windows: (x, a) at L and (b, y) at Q, where x, y are live (not DEAD)
+        x = tok[L]
+        lm = x != DEAD
+        y = tok[R]
+        rm = y != DEAD
+        gone = np.concatenate([slot_at[L[lm]], slot_at[Q[rm]]])
+        if uniform:
+            np.subtract.at(cnt, gone, 1)
+        else:
+            wP = wpos[P]
+            np.subtract.at(cnt, gone, np.concatenate([wP[lm], wP[rm]]))
+        cnt[slot] = 0
+        cnt[0] = 0
+        # new windows: (x, t) at L and (t, y) at P (y == t where R is itself a merged position)
+        for pos, other, left in ((L[lm], x[lm], True), (P[rm], y[rm], False)):
             if len(pos) == 0:
                 continue
             w = None if uniform else wpos[pos]
             hist = np.bincount(other, weights=w, minlength=t + 1)
             keep = hist[other] >= 2
+            slot_at[pos] = 0
             if not keep.any():
                 continue
             pos, other = pos[keep], other[keep]
             order = np.argsort(other, kind="stable")
             pos, other = pos[order], other[order]
-            bounds = np.flatnonzero(np.concatenate(([True], other[1:] != other[:-1]))).tolist() + [len(other)]
-            for j, u in enumerate(other[bounds[:-1]].tolist()):
+            starts = np.flatnonzero(np.concatenate(([True], other[1:] != other[:-1])))
+            g = len(starts)
+            if n_slots + g > len(cnt):
+                cnt = np.concatenate([cnt, np.zeros(max(len(cnt), g), dtype=np.int64)])
+            us = other[starts]
+            cnt[n_slots:n_slots + g] = hist[us]
+            slot_at[pos] = np.repeat(np.arange(n_slots, n_slots + g), np.diff(np.append(starts, len(other))))
+            bounds = starts.tolist() + [len(other)]
+            for j, u in enumerate(us.tolist()):
                 c = int(hist[u])
-                if left:
-                    index[(u << SHIFT) | t] = pos[bounds[j]:bounds[j + 1]]
-                    heapq.heappush(heap, (-c, u, t))
-                else:
-                    index[(t << SHIFT) | u] = pos[bounds[j]:bounds[j + 1]]
-                    heapq.heappush(heap, (-c, t, u))
+                k = (u << SHIFT) | t if left else (t << SHIFT) | u
+                slot_of[k] = n_slots + j
+                index[k] = pos[bounds[j]:bounds[j + 1]]
+                heapq.heappush(heap, (-c, u, t) if left else (-c, t, u))
+            n_slots += g
     return merges
