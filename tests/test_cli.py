@@ -25,7 +25,7 @@ def test_train_generate_score_info(tmp_path, dna_file):
     run_dir = tmp_path / "run"
     code, out = run(["train", "--source", str(dna_file), "--steps", "6", "--out", str(run_dir)] + SMALL)
     assert code == 0, out
-    assert "bits/byte" in out and "zstd -19" in out and "xz -9" in out
+    assert "bits/byte" in out and "zstd -19" in out and "xz -9e" in out and "held-out tail" in out
     code, out = run(["generate", "--bytes", "64", "--checkpoint", str(run_dir), "--seed", "3"])
     assert code == 0 and len(out.encode("latin-1", "replace")) >= 1
     target = tmp_path / "g.bin"
