@@ -44,7 +44,7 @@ TEXT_PATTERN = (
 )
 PRE_SPLITS = {"text": re.compile(TEXT_PATTERN)}
 
-DEFAULT_MAX_SAMPLE_BYTES = 16 << 20  # 16 MiB: about 0.5 GB of working arrays (~30 bytes per byte)
+DEFAULT_MAX_SAMPLE_BYTES = 16 << 20  # 16 MiB: ~1 GB peak while training (~60 bytes per sample byte)
 SAMPLE_BLOCK = 1 << 16  # sampling unit: 64 KiB slices of big documents, or packs of small ones
 
 
