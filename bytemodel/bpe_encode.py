@@ -4,7 +4,8 @@ Encoding applies merge 0 to every occurrence (leftmost first, no overlap), then 
 on; pairs made by merge i have ranks > i, so this equals GPT-2-style "always merge the
 lowest-ranked pair present". It never loops over bytes in Python: the positions of each pair
 are indexed once (radix argsort), and each merge that occurs is applied with NumPy
-(bytemodel.bpe_seq.LinkedSeq.merge). A heap of the ranks present skips merges that never occur.
+(bytemodel.bpe_seq.LinkedSeq.find / apply). A heap of the ranks present skips merges that never
+occur.
 
 Big inputs (encode_chunks / encode_file) are cut into chunks at "safe" byte boundaries: between
 bytes x, y such that no token of the vocabulary contains x y, so no token can span the cut and the
@@ -59,6 +60,8 @@ class MergeTable:
             for side, key, other in ((self.right, m[:, 0], m[:, 1]), (self.left, m[:, 1], m[:, 0])):
                 order = np.lexsort((r, other, key))  # by key, then partner, then rank
                 k, o, rr = key[order], other[order], r[order]
+                first = np.concatenate(([True], (k[1:] != k[:-1]) | (o[1:] != o[:-1])))
+                k, o, rr = k[first], o[first], rr[first]  # a repeated pair: its lowest rank only
                 bounds = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))).tolist() + [len(k)]
                 for j, u in enumerate(k[bounds[:-1]].tolist()):
                     side[u] = (o[bounds[j]:bounds[j + 1]], rr[bounds[j]:bounds[j + 1]])

@@ -167,6 +167,13 @@ def test_apply_merges_on_real_text_matches_naive(text_tok):
     assert text_tok.encode(data).tolist() == naive_encode(data, text_tok.merges)
 
 
+def test_apply_merges_repeated_pair_uses_lowest_rank():
+    # (256, 99) at ranks 1 and 3: rank 1 applies before (99, 100) at rank 2 can take the c
+    merges = [(97, 98), (256, 99), (99, 100), (256, 99)]
+    assert apply_merges(np.frombuffer(b"abcd", np.uint8), merges).tolist() == [257, 100]
+    assert naive_encode(b"abcd", merges) == [257, 100]
+
+
 def test_apply_merges_accepts_merged_ids():
     merges = [(97, 98), (256, 99), (99, 99)]
     ids = np.array([256, 99, 97, 98, 99, 99], dtype=np.uint16)
