@@ -76,6 +76,11 @@ def check(precision, B, H, K, T, S, D, seed, strided_dout=False, versions=None):
     if strided_dout:   # the layout merge_heads_backward hands over: (B, T, H, D) seen as (B, H, T, D)
         buf = cp.ascontiguousarray(dd.transpose(0, 2, 1, 3))
         dd = buf.transpose(0, 2, 1, 3)
+    if strided_dout:   # and q, k, v as qkv_rope_forward hands them over: views of one buffer
+        qkv = cp.concatenate([x.transpose(0, 2, 1, 3).reshape(B, T, -1, D) for x in (qd, kd, vd)], axis=2)
+        qd = qkv[:, :, :H].transpose(0, 2, 1, 3)
+        kd = qkv[:, :, H:H + K].transpose(0, 2, 1, 3)
+        vd = qkv[:, :, H + K:].transpose(0, 2, 1, 3)
     dq, dk, dv = ops.attention_backward(dd, qd, kd, vd, out, lse)
     refs = ref.attention_backward(d, q, k, v, host(out), host(lse))
     errs = [rel(host(a), b) for a, b in zip((dq, dk, dv), refs)]

@@ -14,7 +14,8 @@
 // Backward: one CTA = BN = 64 keys of one (b, kv-head), each warp 16 keys; loops over all query
 // heads of the group and the query tiles (BM rows) at or after the diagonal, Q/dO/lse/delta double
 // buffered. dK, dV accumulate in registers (no atomics); dQ accumulates in an fp32 buffer through
-// atomics (red.global.add), then flash_dq_convert scales and casts it.
+// atomics (red.global.add.v2.f32), already scaled: the fp32 accumulator is returned as dq
+// (qkv_rope_backward reads fp32 dq), or flash_dq_convert casts it.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4;
 //   A (16x16): a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
@@ -276,7 +277,8 @@ extern "C" __global__ void flash_bwd_pre(
     if (lane == 0) delta[row] = acc;
 }
 
-// dq = dq_acc * scale, cast. n = B*H*T*D (multiple of 2)
+// dq = dq_acc * scale, cast (the accumulator already holds scaled values: scale = 1 here).
+// n = B*H*T*D (multiple of 2)
 extern "C" __global__ void flash_dq_convert(const float* __restrict__ acc, act_t* __restrict__ dq,
                                             float scale, long long n2) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (i64)gridDim.x * blockDim.x) {
@@ -478,7 +480,7 @@ __device__ __forceinline__ void flash_bwd(
 #pragma unroll
                     for (int dn = 0; dn < DC / 8; dn++)
                         atomicAdd(reinterpret_cast<float2*>(dstp + dn * 8),
-                                  make_float2(dq[dn][2 * rh], dq[dn][2 * rh + 1]));
+                                  make_float2(dq[dn][2 * rh] * scale, dq[dn][2 * rh + 1] * scale));
                 }
             }
         }

@@ -396,6 +396,80 @@ extern "C" __global__ void qkv_rope_bwd_v8(const act_t* dq, const act_t* dk, con
                          const_cast<act_t*>(dv), B, T, H, K, D);
 }
 
+// Forward without the split copies: rotate the q and k heads of qkv (B*T, (H+2K)*D) into
+// qk (B*T, (H+K)*D); v stays where it is (the caller views it in place). D % 16 == 0.
+extern "C" __global__ void rope_qk_fwd_v8(const act_t* __restrict__ qkv, const act_t* __restrict__ cosb,
+                                          const act_t* __restrict__ sinb, act_t* __restrict__ qk,
+                                          int B, int T, int H, int K, int D) {
+    int h2 = D / 2, h8 = D / 16, J = H + K;
+    i64 total = (i64)B * T * J * h8;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = (idx % h8) * 8; i64 rest = idx / h8;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T;
+        const act_t* src = qkv + n * (J + K) * D + j * D;
+        act_t* dst = qk + n * J * D + j * D;
+        vec8 a = *reinterpret_cast<const vec8*>(src + i), c2 = *reinterpret_cast<const vec8*>(src + i + h2);
+        float cs[8], sn[8];
+        load_row<8>(cosb + t * h2, i, cs);
+        load_row<8>(sinb + t * h2, i, sn);
+        vec8 o1, o2;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float x1 = to_f(a.v[e]), x2 = to_f(c2.v[e]);
+            o1.v[e] = from_f(x1 * cs[e] - x2 * sn[e]);
+            o2.v[e] = from_f(x2 * cs[e] + x1 * sn[e]);
+        }
+        *reinterpret_cast<vec8*>(dst + i) = o1;
+        *reinterpret_cast<vec8*>(dst + i + h2) = o2;
+    }
+}
+
+// Backward with dq in fp32 (the flash backward's accumulator, already scaled): dq (B, H, T, D)
+// fp32, dk/dv (B, K, T, D) act -> dqkv (B*T, (H+2K)*D), rotating by minus the angle. D % 16 == 0.
+extern "C" __global__ void qkv_rope_bwd_v8_f32q(const float* __restrict__ dq, const act_t* __restrict__ dk,
+                                                const act_t* __restrict__ dv, const act_t* __restrict__ cosb,
+                                                const act_t* __restrict__ sinb, act_t* __restrict__ dqkv,
+                                                int B, int T, int H, int K, int D) {
+    int h2 = D / 2, h8 = D / 16, J = H + 2 * K;
+    i64 total = (i64)B * T * J * h8;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        int i = (idx % h8) * 8; i64 rest = idx / h8;
+        int j = rest % J; i64 n = rest / J;
+        int t = n % T, b = n / T;
+        act_t* dst = dqkv + n * J * D + j * D;
+        float x1[8], x2[8];
+        if (j < H) {
+            const float* src = dq + (((i64)b * H + j) * T + t) * D;
+            float4 a0 = *reinterpret_cast<const float4*>(src + i), a1 = *reinterpret_cast<const float4*>(src + i + 4);
+            float4 b0 = *reinterpret_cast<const float4*>(src + i + h2), b1 = *reinterpret_cast<const float4*>(src + i + h2 + 4);
+            x1[0] = a0.x; x1[1] = a0.y; x1[2] = a0.z; x1[3] = a0.w; x1[4] = a1.x; x1[5] = a1.y; x1[6] = a1.z; x1[7] = a1.w;
+            x2[0] = b0.x; x2[1] = b0.y; x2[2] = b0.z; x2[3] = b0.w; x2[4] = b1.x; x2[5] = b1.y; x2[6] = b1.z; x2[7] = b1.w;
+        } else {
+            const act_t* src = j < H + K ? dk + (((i64)b * K + (j - H)) * T + t) * D
+                                         : dv + (((i64)b * K + (j - H - K)) * T + t) * D;
+            if (j >= H + K) {
+                *reinterpret_cast<vec8*>(dst + i) = *reinterpret_cast<const vec8*>(src + i);
+                *reinterpret_cast<vec8*>(dst + i + h2) = *reinterpret_cast<const vec8*>(src + i + h2);
+                continue;
+            }
+            load_row<8>(src, i, x1);
+            load_row<8>(src, i + h2, x2);
+        }
+        float cs[8], sn[8];
+        load_row<8>(cosb + t * h2, i, cs);
+        load_row<8>(sinb + t * h2, i, sn);
+        vec8 o1, o2;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            o1.v[e] = from_f(x1[e] * cs[e] + x2[e] * sn[e]);
+            o2.v[e] = from_f(x2[e] * cs[e] - x1[e] * sn[e]);
+        }
+        *reinterpret_cast<vec8*>(dst + i) = o1;
+        *reinterpret_cast<vec8*>(dst + i + h2) = o2;
+    }
+}
+
 // out = a + b (the residual stream), 8 per thread when n % 8 == 0
 extern "C" __global__ void add_v8(const act_t* __restrict__ a, const act_t* __restrict__ b,
                                   act_t* __restrict__ out, long long n8) {

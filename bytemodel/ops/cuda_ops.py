@@ -80,6 +80,8 @@ def _module(file: str, precision: str):
     key = (file, precision)
     if key not in _MODULES:
         opts = ("-std=c++17", f"-D{_MACRO[precision]}")
+        if file == "flash_attn.cu":
+            opts += ("--use_fast_math",)     # ex2.approx / rcp.approx in the softmax; ftz
         _MODULES[key] = cp.RawModule(code=_source(file), options=opts)
     return _MODULES[key]
 
@@ -119,6 +121,7 @@ class CudaBackend:
         self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
         self.flash = flash and precision != "fp32"
         self.flash_versions = dict(FLASH_DEFAULT)    # head dim -> (forward, backward) version
+        self.dq_fp32 = True        # flash backward returns dq in fp32 (saves a cast pass)
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
         self._beta0 = np.zeros(1, dtype=np.float32)
@@ -318,6 +321,18 @@ class CudaBackend:
         qkv = self._act(qkv)
         cos, sin = self._act(cos), self._act(sin)
         D = qkv.shape[-1] // (H + 2 * K)
+        if D % 16 == 0:
+            # rotate q and k into one new (B*T, (H+K)*D) buffer and leave v in qkv: q, k, v are
+            # strided (B, heads, T, D) views, which the attention kernels take as they are
+            qk = self._empty((B * T, (H + K) * D))
+            total = B * T * (H + K) * (D // 16)
+            self._fn("rope_qk_fwd_v8")((_blocks(total),), (256,),
+                                       (qkv, cos, sin, qk, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
+            qk4 = qk.reshape(B, T, H + K, D)
+            q = qk4[:, :, :H].transpose(0, 2, 1, 3)
+            k = qk4[:, :, H:].transpose(0, 2, 1, 3)
+            v = qkv.reshape(B, T, H + 2 * K, D)[:, :, H + K:].transpose(0, 2, 1, 3)
+            return q, k, v
         q = self._empty((B, H, T, D))
         k = self._empty((B, K, T, D))
         v = self._empty((B, K, T, D))
@@ -329,11 +344,21 @@ class CudaBackend:
         return q, k, v
 
     def qkv_rope_backward(self, dq, dk, dv, cos, sin):
-        """dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H + 2K) * D)."""
-        dq, dk, dv = self._act(dq), self._act(dk), self._act(dv)
-        cos, sin = self._act(cos), self._act(sin)
+        """dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H + 2K) * D).
+        dq may be fp32 (the flash backward's accumulator): read as it is, no cast pass."""
         B, H, T, D = dq.shape
         K = dk.shape[1]
+        cos, sin = self._act(cos), self._act(sin)
+        if dq.dtype == np.float32 and self.act_dtype != np.float32 and D % 16 == 0:
+            dq = cp.ascontiguousarray(dq)
+            dk, dv = self._act(dk), self._act(dv)
+            dqkv = self._empty((B * T, (H + 2 * K) * D))
+            total = B * T * (H + 2 * K) * (D // 16)
+            self._fn("qkv_rope_bwd_v8_f32q")((_blocks(total),), (256,),
+                                             (dq, dk, dv, cos, sin, dqkv, _i32(B), _i32(T), _i32(H),
+                                              _i32(K), _i32(D)))
+            return dqkv
+        dq, dk, dv = self._act(dq), self._act(dk), self._act(dv)
         dqkv = self._empty((B * T, (H + 2 * K) * D))
         vw = 8 if D % 16 == 0 else (2 if D % 4 == 0 else 1)    # elements per thread and half
         total = B * T * (H + 2 * K) * (D // 2 // vw)
@@ -420,7 +445,8 @@ class CudaBackend:
         return out, lse
 
     def attention_backward(self, dout, q, k, v, out, lse, block=None):
-        """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D)."""
+        """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
+        On the flash path dq is fp32 (see dq_fp32), dk and dv the activation dtype."""
         if not self._flash_ok(q, k):
             return self._attention_backward_ref(dout, q, k, v, out, lse)
         B, H, T, D = q.shape
@@ -450,10 +476,12 @@ class CudaBackend:
         fn(((S + BN - 1) // BN, B * K), (128,),
            (q, k, v, dout, lse, delta, dq_acc, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
             *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634)), shared_mem=smem)
+        if self.dq_fp32:    # the scaled fp32 accumulator is dq: qkv_rope_backward reads fp32
+            return dq_acc, dk, dv
         dq = self._empty((B, H, T, D))
         n2 = dq.size // 2
         self._fn("flash_dq_convert", "flash_attn.cu")(
-            (_blocks(n2),), (256,), (dq_acc, dq, _f32(scale), _i64(n2)))
+            (_blocks(n2),), (256,), (dq_acc, dq, _f32(1.0), _i64(n2)))
         return dq, dk, dv
 
     # the simple path: cuBLAS products and CuPy softmax, blocked over queries as the reference,
