@@ -130,9 +130,10 @@ def _run(seq: LinkedSeq, table: MergeTable) -> LinkedSeq:
     if int(tok[:n].max()) < 256:
         c16 = seq.byte_pair_codes16()
         init_pos = np.argsort(c16, kind="stable")  # radix sort
-        n_per = np.bincount(c16, minlength=1 << 16)
-        init_off = np.concatenate(([0], np.cumsum(n_per)))
-        ranks = table.byte_rank[np.flatnonzero(n_per)]
+        # group offsets by binary search in the sorted codes (np.bincount would first copy
+        # the uint16 codes to intp)
+        init_off = np.searchsorted(c16[init_pos], np.arange((1 << 16) + 1), side="left")
+        ranks = table.byte_rank[np.flatnonzero(np.diff(init_off))]
         pending = ranks[ranks >= 0].tolist()
         del c16
     else:  # input already holds merged ids: index every window through the general lookup
