@@ -6,7 +6,8 @@ rounds (so load from anything else on the machine hits both alike); the median r
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch==2.13.0 numpy safetensors typer rich
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/cpu_train.py [--presets tiny,small] [--rounds 3]
 
-Threads: both sides use the machine's cores (OpenBLAS threads for NumPy, torch.set_num_threads).
+Threads: both sides use all the machine's cores (bytemodel: one batch slice per core, as
+`bytemodel train` does; PyTorch: torch.set_num_threads(cores), its intra-op threads).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bytemodel.config import preset  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
 from bytemodel.optim import AdamW, global_norm  # noqa: E402
+from bytemodel.parallel import CoreParallel  # noqa: E402
 
 SHAPES = {"tiny": (16, 256), "small": (8, 512)}  # (batch, context) per preset
 
@@ -31,18 +33,20 @@ def ours(cfg, B, T, steps, rng):
     m = Model(cfg)
     m.init_weights(0)
     opt = AdamW(m)
+    runner = CoreParallel(m)  # as `bytemodel train` runs it: batch slices over the cores
     x = rng.integers(0, 256, (B, T))
     y = rng.integers(0, 256, (B, T))
 
     def step():
         m.grads[...] = 0
-        m.loss_and_grad(x, y)
+        runner.loss_and_grad(x, y)
         n = global_norm(m.ops, m.grads)
         opt.step(1e-3, grad_scale=min(1.0, 1.0 / (n + 1e-6)))
     step()
     t = time.perf_counter()
     for _ in range(steps):
         step()
+    runner.close()
     return B * T * steps / (time.perf_counter() - t)
 
 
