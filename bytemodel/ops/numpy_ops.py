@@ -229,35 +229,31 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
 # SwiGLU: h = [gate, up] (the fused projection), out = silu(gate) * up
 
 def swiglu_forward(h):
-    """h (N, 2F) -> out (N, F)."""
-    F = h.shape[-1] // 2
-    g, u = h[:, :F], h[:, F:]
-    out = np.negative(g)
-    np.exp(out, out=out)
-    out += 1.0
-    np.divide(g, out, out=out)      # silu(g)
-    out *= u
-    return out, h
-
-
-def swiglu_backward(dout, cache):
-    """dout (N, F) -> dh (N, 2F)."""
-    h = cache
+    """h (N, 2F) -> out (N, F), cache (h, sigmoid(gate)): the backward pass needs no exp."""
     F = h.shape[-1] // 2
     g, u = h[:, :F], h[:, F:]
     sig = np.negative(g)
     np.exp(sig, out=sig)
     sig += 1.0
-    np.reciprocal(sig, out=sig)                  # sigmoid(g)
+    np.reciprocal(sig, out=sig)     # sigmoid(g)
+    out = np.multiply(g, sig)       # silu(g)
+    out *= u
+    return out, (h, sig)
+
+
+def swiglu_backward(dout, cache):
+    """dout (N, F) -> dh (N, 2F) = [dout * u * silu'(g), dout * silu(g)]."""
+    h, sig = cache
+    F = h.shape[-1] // 2
+    g, u = h[:, :F], h[:, F:]
     dh = np.empty_like(h)
-    np.multiply(g, sig, out=dh[:, F:])
-    dh[:, F:] *= dout                            # d up = dout * silu(g)
+    silu = np.multiply(g, sig)
+    np.multiply(dout, silu, out=dh[:, F:])       # d up
     t = np.subtract(1.0, sig)
-    t *= g
-    t += 1.0
-    t *= sig                                     # silu'(g) = sig * (1 + g (1 - sig))
+    t *= silu
+    t += sig                                     # silu'(g) = sig + silu (1 - sig)
     t *= u
-    np.multiply(t, dout, out=dh[:, :F])
+    np.multiply(t, dout, out=dh[:, :F])          # d gate
     return dh
 
 
