@@ -28,6 +28,13 @@ D.append(dict(name="lambda-phage", type="dna", reader="fasta",
            {"kind": "url", "files": [{"url": "https://raw.githubusercontent.com/BenLangmead/bowtie2/master/example/reference/lambda_virus.fa",
              "name": "lambda_virus.fa", "sha256": sha256_file(lam)}],
             "note": "sha256 of the Debian copy (decompressed); a download that differs is refused"}]))
+kls = DATA / "klebsiella_hs11286_1m.fa.gz"
+D.append(dict(name="klebsiella-sample", type="dna", reader="fasta",
+  licence="public domain (genome sequence, GenBank CP003200.1)",
+  description="first 1,200,000 bytes of the Klebsiella pneumoniae HS11286 FASTA (header + 1.19 Mbp), "
+              "cut from Debian kleborate-examples' Klebs_HS11286.fna.xz, gzip -9n; the README's quick-start sample",
+  size="1.2 MB",
+  sources=[{"kind": "shipped", "files": [{"path": kls.name, "sha256": sha256_file(kls)}]}]))
 D.append(dict(name="klebsiella", type="dna", reader="fasta",
   licence="public data (GenBank CP003200, CP003785, CP000647, AP006725)",
   description="four Klebsiella pneumoniae genomes with plasmids, multi-FASTA, xz-compressed", size="22.5 MB",

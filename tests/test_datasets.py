@@ -58,8 +58,15 @@ def test_catalogue_is_complete_and_well_formed():
 
 def test_only_public_domain_samples_are_shipped():
     shipped = sorted(p.name for p in DATA.iterdir() if not p.name.startswith("__"))
-    assert shipped == ["catalogue.json", "lambda_virus.fa"]
-    lam = load_catalogue()["lambda-phage"]
+    assert shipped == ["catalogue.json", "klebsiella_hs11286_1m.fa.gz", "lambda_virus.fa"]
+    cat = load_catalogue()
+    for name in shipped[1:]:  # every shipped file is catalogued, checksummed, public domain
+        entry = next(d for d in cat.values() for s in d.sources
+                     if s["kind"] == "shipped" and s["files"][0]["path"] == name)
+        assert "public domain" in entry.licence
+        assert next(s for s in entry.sources if s["kind"] == "shipped")["files"][0]["sha256"] == \
+            sha256_file(DATA / name)
+    lam = cat["lambda-phage"]
     src = next(s for s in lam.sources if s["kind"] == "shipped")
     assert src["files"][0]["sha256"] == sha256_file(LAMBDA)
     assert "public domain" in lam.licence
