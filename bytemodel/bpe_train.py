@@ -6,7 +6,9 @@ Algorithm (the classic incremental one, vectorised per merge):
 2. Count every adjacent pair once (np.bincount over uint16 codes a << 8 | b) and index the
    positions of each pair (one radix argsort).
 3. Repeat M times: pop the best pair from a heap, merge all of its occurrences with NumPy
-   (bytemodel.bpe_seq.LinkedSeq.merge), and update only the counts of the windows that changed.
+   (bytemodel.bpe_seq.LinkedSeq.find / apply), subtract the windows the merge destroyed from
+   their pairs' counts (one ufunc.at over per-position count slots) and count the new windows
+   (np.bincount over the neighbours' ids). Python work per merge is per new pair, not per byte.
 
 Counts are of adjacent windows, overlapping ones included (a a a holds (a, a) twice), weighted by
 how often the segment occurs. The merge applied is leftmost-first without overlap, exactly what
