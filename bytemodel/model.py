@@ -164,11 +164,11 @@ class Model:
             q, k, v = o.qkv_rope_forward(qkv, cos, sin, B, T, H, K)                # (B, H|K, T, D)
             a, lse = o.attention_forward(q, k, v)                                  # (B, H, T, D)
             am = o.merge_heads_forward(a)                                          # (N, H*D)
-            x = x + o.matmul_forward(am, W[p + "wo"])                              # residual
+            x = o.add(x, o.matmul_forward(am, W[p + "wo"]))                        # residual
             h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
             u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
             s, sw = o.swiglu_forward(u)                                            # (N, F)
-            x = x + o.matmul_forward(s, W[p + "w_down"])                           # residual
+            x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))                     # residual
             acts.append((h1, n1, q, k, v, a, lse, am, h2, n2, sw, s))
         hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)                   # (N, C)
         wh, _ = self.head(W)
@@ -192,13 +192,13 @@ class Model:
             ds = o.matmul_backward(dx, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
             du = o.swiglu_backward(ds, sw)                                         # (N, 2F)
             dh2 = o.matmul_backward(du, h2, W[p + "w_gateup"], G[p + "w_gateup"])  # (N, C)
-            dx = dx + o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"])               # residual
+            dx = o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"], residual=dx)       # + residual
             dam = o.matmul_backward(dx, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
             da = o.merge_heads_backward(dam, B, H, T, D)                           # (B, H, T, D)
             dq, dk, dv = o.attention_backward(da, q, k, v, a, lse)
             dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
             dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
-            dx = dx + o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"])              # residual
+            dx = o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"], residual=dx)      # + residual
         o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
 
@@ -238,10 +238,10 @@ class Model:
             kc[:, :, pos:S] = k
             vc[:, :, pos:S] = v
             a, _ = o.attention_forward(q, kc[:, :, :S], vc[:, :, :S])
-            x = x + o.matmul_forward(o.merge_heads_forward(a), W[p + "wo"])
+            x = o.add(x, o.matmul_forward(o.merge_heads_forward(a), W[p + "wo"]))
             h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)
             s, _ = o.swiglu_forward(o.matmul_forward(h2, W[p + "w_gateup"]))
-            x = x + o.matmul_forward(s, W[p + "w_down"])
+            x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))
         hf, _ = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
         wh, _ = self.head(W)
         return o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)

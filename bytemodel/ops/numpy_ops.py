@@ -10,8 +10,8 @@ Dimension legend
     F feed-forward width, V vocabulary, N = B * T rows.
 
 Accumulation: every d<param> argument is a view into the flat gradient buffer and is ACCUMULATED
-into (+=). Activation gradients are returned fresh (overwritten); the model adds the residual
-stream's gradient itself.
+into (+=). Activation gradients are returned fresh; rmsnorm_backward(..., residual=dx) also adds
+the residual stream's gradient.
 """
 from __future__ import annotations
 
@@ -49,13 +49,25 @@ def rmsnorm_forward(x, g, eps):
     return xhat * g, (xhat, rstd, g)
 
 
-def rmsnorm_backward(dout, cache, dg):
-    """dout (N, C) -> dx (N, C); dg (C,) += sum over rows of dout * xhat."""
+def rmsnorm_backward(dout, cache, dg, residual=None):
+    """dout (N, C) -> dx (N, C); dg (C,) += sum over rows of dout * xhat.
+
+    With `residual` (N, C), returns residual + dx: the residual stream's gradient, which the
+    GPU backend adds in the same pass."""
     xhat, rstd, g = cache
     dg += np.einsum("nc,nc->c", dout, xhat)
     dxhat = dout * g                                                   # (N, C)
     proj = np.mean(dxhat * xhat, axis=-1, keepdims=True)              # (N, 1)
-    return (dxhat - xhat * proj) * rstd
+    dxhat -= xhat * proj
+    dxhat *= rstd
+    if residual is not None:
+        dxhat += residual
+    return dxhat
+
+
+def add(a, b):
+    """a + b, a fresh array (the residual stream's update)."""
+    return a + b
 
 
 # ----------------------------------------------------------------------------------------------
