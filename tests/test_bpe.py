@@ -250,6 +250,16 @@ def test_encode_chunks_equals_whole_where_safe(text_tok):
     assert np.concatenate(parts).tolist() == whole.tolist()
 
 
+def test_encode_chunks_pre_split_equals_whole():
+    text = real_text()
+    tok = train_tokenizer(text[:50000], 150, pre_split="text")
+    whole = encode(tok, text)
+    parts = list(encode_chunks((text[i:i + 1000] for i in range(0, len(text), 1000)), tok.merges,
+                               pre_split="text", chunk_bytes=4096, max_chunk=1 << 20))
+    assert len(parts) > 3
+    assert np.concatenate(parts).tolist() == whole.tolist()
+
+
 def test_encode_chunks_without_safe_cut_still_round_trips():
     dna = real_dna()
     tok = Tokenizer(train_bpe(dna, 64))
