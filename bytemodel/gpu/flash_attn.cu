@@ -520,6 +520,9 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d32(FWD_ARGS) { f
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d32(FWD_ARGS) { flash_fwd<32, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
+//   v3: two m-tiles per warp with narrower key tiles (fewer registers, 3 CTAs per SM for d64)
+extern "C" __global__ void __launch_bounds__(128, 3) flash_fwd_v3_d64(FWD_ARGS) { flash_fwd<64, 2, 32, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_v3_d128(FWD_ARGS) { flash_fwd<128, 2, 16, 4, false>(FWD_PASS); }
 
 #define BWD_ARGS                                                                                  \
     const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \

@@ -49,7 +49,7 @@ _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
 # FlashAttention instantiations in flash_attn.cu: (version, head dim) -> tile sizes.
 # forward: BM query rows per CTA, BN keys per tile; backward: BN keys per CTA, BM queries per tile.
 FLASH_FWD = {("v1", 32): (64, 64), ("v2", 32): (128, 64), ("v1", 64): (64, 64), ("v2", 64): (128, 64),
-             ("v1", 128): (64, 64), ("v2", 128): (128, 32)}
+             ("v1", 128): (64, 64), ("v2", 128): (128, 32), ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
 FLASH_BWD = {("v1", 32): (64, 64), ("v2", 32): (32, 128), ("v1", 64): (64, 64), ("v2", 64): (32, 128),
              ("v1", 128): (32, 64)}
 # the versions used, per head dim (chosen by benchmarks/attention.py on the H200)
