@@ -55,6 +55,7 @@ def train(
     precision: str = typer.Option("fp32", help="fp32 (CPU), or fp16 / bf16 on cuda."),
     reader: str = typer.Option("", help="Reader name (default: detected from the file)."),
     merges: int = typer.Option(0, help="BPE merges to learn from the source (0: plain bytes)."),
+    tokenizer: str = typer.Option("", help="A tok.json (from `bytemodel tokenizer train`) to use instead of --merges."),
     workers: int = typer.Option(0, help="CPU threads, each training a slice of the batch (0: one per core)."),
     eval_every: int = typer.Option(100, "--eval-every", help="Steps between validation + checkpoint."),
     eval_tokens: int = typer.Option(32768, "--eval-tokens", help="Validation tokens scored each time."),
@@ -85,7 +86,8 @@ def train(
             raise ConfigError(f"steps must be positive, got {steps}")
         settings = dict(preset=preset, steps=steps or (0 if resume else 1000), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
-                        seed=seed, device=device, precision=precision, reader=reader, merges=merges, workers=workers,
+                        seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
+                        workers=workers,
                         eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
                         model=overrides)
         res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)

@@ -21,8 +21,9 @@ MAX_VOCAB = 65536
 class Tokenizer:
     """Bytes plus optional merges. With no merges it is the identity on bytes."""
 
-    def __init__(self, merges: list[tuple[int, int]] | None = None):
+    def __init__(self, merges: list[tuple[int, int]] | None = None, pre_split: str | None = None):
         self.merges = [tuple(int(a) for a in m) for m in (merges or [])]
+        self.pre_split = pre_split  # regex pre-split the merges were learned with (None: none)
         self.n_merges = len(self.merges)
         self.vocab_size = 256 + self.n_merges + len(SPECIALS)
         if self.vocab_size > MAX_VOCAB:
@@ -48,28 +49,33 @@ class Tokenizer:
 
     def encode(self, data: bytes) -> np.ndarray:
         """bytes -> uint16 ids (identity when there are no merges)."""
-        ids = np.frombuffer(bytes(data), dtype=np.uint8).astype(np.uint16)
         if self.merges:
-            from .bpe import apply_merges
-            ids = apply_merges(ids, self.merges)
-        return ids
+            from .bpe import encode
+            return encode(self, bytes(data))
+        return np.frombuffer(bytes(data), dtype=np.uint8).astype(np.uint16)
 
     def decode(self, ids) -> bytes:
         """ids -> bytes; special ids decode to no bytes."""
+        if self.merges:
+            from .bpe import decode_ids
+            return decode_ids(np.asarray(ids), self)
         vocab = self.vocab
         return b"".join(vocab[int(i)] for i in ids)
 
     def to_dict(self) -> dict:
         return {"type": "bytes+bpe" if self.merges else "bytes", "merges": [list(m) for m in self.merges],
-                "specials": list(SPECIALS)}
+                "specials": list(SPECIALS), "pre_split": self.pre_split}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tokenizer":
         try:
             merges = [(int(a), int(b)) for a, b in d.get("merges", [])]
             specials = list(d.get("specials", SPECIALS))
+            pre_split = d.get("pre_split")
+            if pre_split is not None and not isinstance(pre_split, str):
+                raise ValueError(f"pre_split must be a name, got {pre_split!r}")
         except (TypeError, ValueError, AttributeError) as e:
             raise TokenizerError(f"corrupt tokenizer description: {e}") from None
         if specials != list(SPECIALS):
             raise TokenizerError(f"tokenizer has specials {specials}, this version knows {list(SPECIALS)}")
-        return cls(merges)
+        return cls(merges, pre_split)

@@ -58,6 +58,7 @@ class TrainConfig:
     precision: str = "fp32"
     reader: str = ""           # "" = detect from the file
     merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
+    tokenizer: str = ""        # a tok.json to use instead of learning merges ("" = none)
     workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
     model: dict = field(default_factory=dict)  # ModelConfig overrides
 
@@ -160,6 +161,11 @@ class _StopFlag:
 
 
 def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
+    if tc.tokenizer:
+        if tc.merges:
+            raise ConfigError("give either --merges (learn them) or --tokenizer (a tok.json), not both")
+        from .bpe import load_tokenizer
+        return load_tokenizer(tc.tokenizer)
     if tc.merges == 0:
         return Tokenizer()
     try:
@@ -180,6 +186,13 @@ def prepare(tc: TrainConfig, resume: bool = False):
         if run_dir is None:
             raise ConfigError("--resume needs the run directory (--out DIR)")
         loaded = ckpt.load(run_dir)
+        if tc.tokenizer:
+            from .bpe import load_tokenizer
+            from .errors import TokenizerError
+            given = load_tokenizer(tc.tokenizer)
+            if given.merges != loaded.tokenizer.merges:
+                raise TokenizerError(f"tokenizer {tc.tokenizer} does not match the checkpoint's "
+                                     f"({given.n_merges} vs {loaded.tokenizer.n_merges} merges, or different ones)")
         stored = dict(loaded.train.get("config", {}))
         if not stored:
             raise CheckpointError(f"{loaded.path} holds no training state to resume from")

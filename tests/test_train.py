@@ -118,3 +118,23 @@ def test_training_with_merges_counts_bytes_not_tokens(tmp_path, dna_file, fast_s
     out = lm.generate(77, seed=2)
     assert len(out) == 77  # --bytes counts bytes, whatever the tokens
     assert 0 < r.val_bpb < 8
+
+
+def test_tokenizer_file_must_match_the_checkpoint(tmp_path, dna_file, fast_settings):
+    from bytemodel.bpe import save_tokenizer, train_tokenizer
+    from bytemodel.errors import TokenizerError
+    data = dna_file.read_bytes()
+    tok_a, tok_b = tmp_path / "a.json", tmp_path / "b.json"
+    save_tokenizer(train_tokenizer(data, 30), tok_a)
+    save_tokenizer(train_tokenizer(data, 31), tok_b)
+    r = bytemodel.train(dna_file, tmp_path / "run", steps=3, tokenizer=str(tok_a), **fast_settings)
+    assert bytemodel.load(r.run_dir).tokenizer.n_merges == 30
+    with pytest.raises(TokenizerError, match="does not match"):
+        bytemodel.train(None, tmp_path / "run", resume=True, steps=5, tokenizer=str(tok_b))
+    bytemodel.train(None, tmp_path / "run", resume=True, steps=5, tokenizer=str(tok_a))
+    corrupt = tmp_path / "c.json"
+    corrupt.write_text(tok_a.read_text().replace("[", "[9", 3))
+    with pytest.raises(TokenizerError):
+        bytemodel.train(dna_file, tmp_path / "run2", steps=3, tokenizer=str(corrupt), **fast_settings)
+    with pytest.raises(TokenizerError):  # more merges than the data has repeating pairs
+        bytemodel.train(dna_file, tmp_path / "run3", steps=3, merges=60000, **fast_settings)
