@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from .bpe_encode import MergeTable, apply_merges, decode_ids, encode_bytes, encode_chunks, encode_file
 from .bpe_train import DEFAULT_MAX_SAMPLE_BYTES, PRE_SPLITS, TEXT_PATTERN, sample_segments, train_bpe
+from .atomic import write_atomic
 from .errors import TokenizerError
 from .tokenizer import SPECIALS, Tokenizer
 
@@ -75,31 +75,10 @@ def save_tokenizer(tok: Tokenizer, path: str | os.PathLike, pre_split: str | Non
     """Write tok.json atomically (temporary file in the same folder, fsync, rename)."""
     path = Path(path)
     text = json.dumps(tokenizer_to_json(tok, pre_split), separators=(",", ":")) + "\n"
-    folder = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        write_atomic(path, text.encode("utf-8"))
     except OSError as e:
-        raise TokenizerError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+        raise TokenizerError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

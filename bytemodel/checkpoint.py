@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_atomic
 from .config import ModelConfig
 from .errors import CheckpointError, ConfigError, TokenizerError
 from .model import layout, views
@@ -48,25 +49,7 @@ def save(path, cfg: ModelConfig, tokenizer: Tokenizer, params: np.ndarray, train
     meta = {"format": FORMAT, "version": VERSION, "config": cfg.to_dict(), "tokenizer": tokenizer.to_dict(),
             "train": train_state or {}, "params_sha256": _sha(params32)}
     blob = st_save(tensors, metadata={"bytemodel": json.dumps(meta)})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    write_atomic(path, blob)
     return path
 
 

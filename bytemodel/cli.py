@@ -5,36 +5,17 @@ exits 1; an interrupted run exits 130 after saving.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .errors import BytemodelError, ConfigError
+from .cli_errors import user_errors
+from .errors import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
-
-
-@contextlib.contextmanager
-def user_errors():
-    """Turn user errors into one line and exit status 2; never a traceback."""
-    try:
-        yield
-    except BytemodelError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130)
-    except MemoryError:
-        typer.echo("error: out of memory (try a smaller --batch-size, --context or preset)", err=True)
-        raise typer.Exit(2)
-    except OSError as e:
-        typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
-        raise typer.Exit(2)
 
 
 @app.command()

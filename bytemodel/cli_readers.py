@@ -5,22 +5,12 @@
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .errors import BytemodelError
-
-
-@contextlib.contextmanager
-def _user_errors():
-    try:
-        yield
-    except BytemodelError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+from .cli_errors import user_errors
 
 
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -42,7 +32,7 @@ def readers() -> None:
     Example: bytemodel readers
     """
     from .readers import list_readers
-    with _user_errors():
+    with user_errors():
         rows = []
         for cls in list_readers():
             exts = " ".join(e for e in cls.extensions if e.count(".") == 1) or "(fallback)"
@@ -61,7 +51,7 @@ def data_list() -> None:
     Example: bytemodel data list
     """
     from .datasets import availability, describe_source, load_catalogue
-    with _user_errors():
+    with user_errors():
         rows = [[d.name, d.type, d.reader, d.size, ", ".join(describe_source(s) for s in d.sources),
                  availability(d), d.licence] for d in load_catalogue().values()]
         _table("datasets", ["name", "type", "reader", "size", "sources", "here", "licence"], rows)
@@ -79,7 +69,7 @@ def data_get(
     Example: bytemodel train --source "$(bytemodel data get lambda-phage)" --reader fasta
     """
     from .datasets import get, get_dataset
-    with _user_errors():
+    with user_errors():
         path = get(name, dest=dest, download=download)
         ds = get_dataset(name)
         typer.echo(f"{ds.name}: {ds.description} (reader: {ds.reader})", err=True)

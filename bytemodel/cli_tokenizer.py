@@ -7,7 +7,6 @@ Files: tok.json (see bytemodel.bpe); ids files are raw uint16 little-endian, one
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 from typing import Optional
@@ -15,23 +14,11 @@ from typing import Optional
 import numpy as np
 import typer
 
-from .errors import BytemodelError, TokenizerError
+from .cli_errors import user_errors
+from .errors import TokenizerError
 
 tokenizer_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                             help="Byte-pair merges on top of bytes: train, stats, encode, decode.")
-
-
-@contextlib.contextmanager
-def _user_errors():
-    """One line and exit status 2 for user errors; never a traceback."""
-    try:
-        yield
-    except BytemodelError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
-    except OSError as e:
-        typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
-        raise typer.Exit(2)
 
 
 def _show(b: bytes) -> str:
@@ -55,7 +42,7 @@ def train_cmd(
     """
     from .bpe import save_tokenizer, train_tokenizer
     from .readers import read_documents
-    with _user_errors():
+    with user_errors():
         t0 = time.perf_counter()
         docs = read_documents(source, reader or None)
         tok = train_tokenizer(docs, merges, pre_split=pre_split,
@@ -78,7 +65,7 @@ def stats_cmd(
     """
     from .bpe import encode, load_tokenizer
     from .readers import read_documents
-    with _user_errors():
+    with user_errors():
         tok = load_tokenizer(tokenizer)
         n_bytes = n_tok = 0
         use = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -116,7 +103,7 @@ def encode_cmd(
     Example: bytemodel tokenizer encode --tokenizer tok.json corpus.txt --out corpus.ids
     """
     from .bpe import _table, encode_file, load_tokenizer
-    with _user_errors():
+    with user_errors():
         tok = load_tokenizer(tokenizer)
         if not file.is_file():
             raise TokenizerError(f"not a file: {file}")
@@ -140,7 +127,7 @@ def decode_cmd(
     Example: bytemodel tokenizer decode --tokenizer tok.json corpus.ids --out corpus.txt
     """
     from .bpe import decode_ids, load_tokenizer
-    with _user_errors():
+    with user_errors():
         tok = load_tokenizer(tokenizer)
         size = file.stat().st_size
         if size % 2:

@@ -1,0 +1,27 @@
+"""How every CLI command reports user errors: one line on stderr, exit status 2, no traceback."""
+from __future__ import annotations
+
+import contextlib
+
+import typer
+
+from .errors import BytemodelError
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Turn user errors into one line and exit status 2; never a traceback."""
+    try:
+        yield
+    except BytemodelError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130)
+    except MemoryError:
+        typer.echo("error: out of memory (try a smaller --batch-size, --context or preset)", err=True)
+        raise typer.Exit(2)
+    except OSError as e:
+        typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
+        raise typer.Exit(2)
