@@ -95,39 +95,63 @@ def rope_tables(positions, D, theta, dtype):
     return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
-def rope_forward(x, cos, sin):
-    """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D)."""
+def _rotate(x, cos, sin, out, sign=1.0):
+    """out = x rotated by sign * angle; x, out (..., D) with cos/sin broadcasting to (..., D/2)."""
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    o1, o2 = out[..., :h], out[..., h:]
+    tmp = np.multiply(x2, sin)
+    np.multiply(x1, cos, out=o1)
+    if sign > 0:
+        o1 -= tmp                    # x1 cos - x2 sin
+    else:
+        o1 += tmp                    # x1 cos + x2 sin
+    np.multiply(x1, sin, out=tmp)
+    np.multiply(x2, cos, out=o2)
+    if sign > 0:
+        o2 += tmp                    # x2 cos + x1 sin
+    else:
+        o2 -= tmp                    # x2 cos - x1 sin
+    return out
+
+
+def rope_forward(x, cos, sin):
+    """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D)."""
+    return _rotate(x, cos, sin, np.empty_like(x))
 
 
 def rope_backward(dout, cos, sin):
     """dout (B, H, T, D) -> dx: the transpose of the rotation (rotate by -angle)."""
-    h = dout.shape[-1] // 2
-    d1, d2 = dout[..., :h], dout[..., h:]
-    return np.concatenate([d1 * cos + d2 * sin, d2 * cos - d1 * sin], axis=-1)
+    return _rotate(dout, cos, sin, np.empty_like(dout), sign=-1.0)
 
 
 # ----------------------------------------------------------------------------------------------
 # qkv split + RoPE: the fused projection's output becomes per-head q, k, v
 
 def qkv_rope_forward(qkv, cos, sin, B, T, H, K):
-    """qkv (B*T, (H + 2K) * D) -> q (B, H, T, D), k (B, K, T, D), v (B, K, T, D); rope on q, k."""
+    """qkv (B*T, (H + 2K) * D) -> q (B, H, T, D), k (B, K, T, D), v (B, K, T, D); rope on q, k.
+
+    q, k, v are views of one (B, H + 2K, T, D) buffer; each head's (T, D) block is contiguous.
+    """
     D = qkv.shape[-1] // (H + 2 * K)
-    t = qkv.reshape(B, T, H + 2 * K, D).transpose(0, 2, 1, 3)   # (B, H+2K, T, D) view
-    q = rope_forward(t[:, :H], cos, sin)
-    k = rope_forward(t[:, H:H + K], cos, sin)
-    v = np.ascontiguousarray(t[:, H + K:])
-    return q, k, v
+    t = qkv.reshape(B, T, H + 2 * K, D)                   # read in the projection's own layout
+    out = np.empty((B, H + 2 * K, T, D), dtype=qkv.dtype)
+    ov = out.transpose(0, 2, 1, 3)                        # (B, T, H+2K, D) view to write through
+    _rotate(t[:, :, :H + K], cos[:, None, :], sin[:, None, :], ov[:, :, :H + K])
+    ov[:, :, H + K:] = t[:, :, H + K:]
+    return out[:, :H], out[:, H:H + K], out[:, H + K:]
 
 
 def qkv_rope_backward(dq, dk, dv, cos, sin):
     """dq (B, H, T, D), dk/dv (B, K, T, D) -> dqkv (B*T, (H + 2K) * D)."""
     B, H, T, D = dq.shape
     K = dk.shape[1]
-    d = np.concatenate([rope_backward(dq, cos, sin), rope_backward(dk, cos, sin), dv], axis=1)
-    return np.ascontiguousarray(d.transpose(0, 2, 1, 3)).reshape(B * T, (H + 2 * K) * D)
+    d = np.empty((B, T, H + 2 * K, D), dtype=dq.dtype)
+    dt = d.transpose(0, 2, 1, 3)                          # (B, H+2K, T, D) view
+    _rotate(dq, cos, sin, dt[:, :H], sign=-1.0)
+    _rotate(dk, cos, sin, dt[:, H:H + K], sign=-1.0)
+    dt[:, H + K:] = dv
+    return d.reshape(B * T, (H + 2 * K) * D)
 
 
 def merge_heads_forward(a):
