@@ -17,9 +17,13 @@ import lzma
 MAX_BYTES = 16 * 2 ** 20
 
 
-def _sizes(data: bytes) -> tuple[int, int]:
-    import zstandard
-    z = len(zstandard.ZstdCompressor(level=19).compress(data))
+def _sizes(data: bytes) -> tuple[float, int]:
+    """(zstd -19 size or nan where zstandard is not installed, xz -9e size)."""
+    try:
+        import zstandard
+        z = len(zstandard.ZstdCompressor(level=19).compress(data))
+    except ImportError:
+        z = float("nan")
     x = len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
     return z, x
 

@@ -78,10 +78,11 @@ def train(
         if baseline and not resume:
             from .baselines import source_baselines
             b = source_baselines(source, reader or None, val_fraction)
-            typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {b['zstd19_tail']:.4f} | "
-                       f"xz -9e {b['xz9_tail']:.4f} (compressors given the rest of the data first)")
-            typer.echo(f"whole stream ({b['bytes']:,} bytes), bits/byte: zstd -19 {b['zstd19']:.4f} | "
-                       f"xz -9e {b['xz9']:.4f}")
+            f = lambda v: "n/a (zstandard missing)" if v != v else f"{v:.4f}"  # noqa: E731 (nan)
+            typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {f(b['zstd19_tail'])} | "
+                       f"xz -9e {f(b['xz9_tail'])} (compressors given the rest of the data first)")
+            typer.echo(f"whole stream ({b['bytes']:,} bytes), bits/byte: zstd -19 {f(b['zstd19'])} | "
+                       f"xz -9e {f(b['xz9'])}")
 
 
 def _read_prompt(prompt: str) -> bytes:
