@@ -170,7 +170,7 @@ def merge_heads_backward(dout, B, H, T, D):
 # Query t (absolute position S - T + t) sees keys 0 .. S - T + t. Grouped-query: query head h
 # uses key/value head h // G.
 
-ATTN_BLOCK = 128  # queries per block: (B, H, 128, S) scores at a time; 64-128 measured fastest at T=256
+ATTN_BLOCK = 64  # queries per block: (B, H, 64, S) scores at a time; 32-64 measured fastest at T=256
 
 
 def _scores(qb, k, scale):
