@@ -12,7 +12,8 @@ held-out tail given the rest (8 * (C(all) - C(train)) / len(tail)), which is wha
 validation bits/byte measures: the cost of the tail bytes, having seen the training bytes.
 
 Each script accepts --steps N (or the environment variable BYTEMODEL_EXAMPLE_STEPS) to make a
-quick smoke test, and --out DIR for its run directory and outputs.
+quick smoke test, and --out DIR for its run directory and outputs; BYTEMODEL_EXAMPLE_GEN_BYTES caps
+how many bytes are generated (tests/test_examples.py sets both).
 """
 from __future__ import annotations
 
@@ -96,6 +97,8 @@ def train(source, reader: str, args, out: Path, **settings):
 
 def generate(result, n_bytes: int, prompt: bytes = b"", seed: int = 1, temperature: float = 1.0,
              **kw) -> bytes:
+    cap = os.environ.get("BYTEMODEL_EXAMPLE_GEN_BYTES")  # smoke tests: generate less
+    n_bytes = min(n_bytes, int(cap)) if cap else n_bytes
     lm = bytemodel.load(result.run_dir)
     return lm.generate(n_bytes, prompt=prompt, temperature=temperature, seed=seed, **kw)
 
