@@ -1,7 +1,8 @@
 """CPU generation throughput with a KV cache: bytemodel vs the same model in PyTorch.
 
 Both generate one sequence token by token (prefill a 64-byte prompt, then 1-token steps with a
-KV cache, sampling at temperature 1 from the full distribution), alternating rounds in one process.
+KV cache, sampling at temperature 1 from the full distribution), each measurement in its own
+process (see _sides.py), in alternating rounds; the median is reported.
 
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/cpu_generate.py [--preset small] [--tokens 256]
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -65,18 +65,28 @@ def main():
     ap.add_argument("--presets", default="tiny,small")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
     args = ap.parse_args()
+    if args.side:  # one measurement, printed as a bare number
+        cfg = preset(args.presets)
+        n = min(args.tokens, cfg.context - len(PROMPT) - 2)
+        if args.side == "torch":
+            import torch
+            torch.set_num_threads(os.cpu_count())
+            print(theirs(cfg, n))
+        else:
+            print(ours(cfg, n))
+        return
+    from _sides import compare
     import torch
-    torch.set_num_threads(os.cpu_count())
-    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores")
+    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
+          f"median of {args.rounds} alternating rounds, each side in its own process")
     print("| preset | tokens | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
     print("|---|---|---|---|---|")
     for name in args.presets.split(","):
         cfg = preset(name)
         n = min(args.tokens, cfg.context - len(PROMPT) - 2)
-        a = [ours(cfg, n) for _ in range(args.rounds)]
-        b = [theirs(cfg, n) for _ in range(args.rounds)]
-        ma, mb = statistics.median(a), statistics.median(b)
+        ma, mb = compare(__file__, name, args.rounds, ["--tokens", str(args.tokens)])
         print(f"| {name} | {n} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
 
 

@@ -1,7 +1,7 @@
 """CPU training throughput: bytemodel (NumPy, hand-written backward) vs the same model in PyTorch.
 
-Both run forward + backward + AdamW on identical shapes, in the same process, in alternating
-rounds (so load from anything else on the machine hits both alike); the median round is reported.
+Both run forward + backward + AdamW on identical shapes, each measurement in its own process
+(see _sides.py), in alternating rounds; the median round is reported.
 
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch==2.13.0 numpy safetensors typer rich
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/cpu_train.py [--presets tiny,small] [--rounds 3]
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -27,6 +26,7 @@ from bytemodel.optim import AdamW, global_norm  # noqa: E402
 from bytemodel.parallel import CoreParallel  # noqa: E402
 
 SHAPES = {"tiny": (16, 256), "small": (8, 512)}  # (batch, context) per preset
+WARMUP = 3  # untimed steps first: allocator, oneDNN primitive creation, caches
 
 
 def ours(cfg, B, T, steps, rng):
@@ -42,7 +42,8 @@ def ours(cfg, B, T, steps, rng):
         runner.loss_and_grad(x, y)
         n = global_norm(m.ops, m.grads)
         opt.step(1e-3, grad_scale=min(1.0, 1.0 / (n + 1e-6)))
-    step()
+    for _ in range(WARMUP):
+        step()
     t = time.perf_counter()
     for _ in range(steps):
         step()
@@ -65,7 +66,8 @@ def theirs(cfg, B, T, steps, rng):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
-    step()
+    for _ in range(WARMUP):
+        step()
     t = time.perf_counter()
     for _ in range(steps):
         step()
@@ -77,21 +79,28 @@ def main():
     ap.add_argument("--presets", default="tiny,small")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
     args = ap.parse_args()
+    if args.side:  # one measurement, printed as a bare number
+        name = args.presets
+        cfg, (B, T) = preset(name), SHAPES[name]
+        rng = np.random.default_rng(0)
+        if args.side == "torch":
+            import torch
+            torch.set_num_threads(os.cpu_count())
+            print(theirs(cfg, B, T, args.steps, rng))
+        else:
+            print(ours(cfg, B, T, args.steps, rng))
+        return
+    from _sides import compare
     import torch
-    torch.set_num_threads(os.cpu_count())
-    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores")
-    print(f"| preset | batch x context | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
-    print(f"|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
+          f"median of {args.rounds} alternating rounds, each side in its own process")
+    print("| preset | batch x context | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
+    print("|---|---|---|---|---|")
     for name in args.presets.split(","):
-        cfg = preset(name)
         B, T = SHAPES[name]
-        a, b = [], []
-        for r in range(args.rounds):
-            rng = np.random.default_rng(r)
-            a.append(ours(cfg, B, T, args.steps, rng))
-            b.append(theirs(cfg, B, T, args.steps, rng))
-        ma, mb = statistics.median(a), statistics.median(b)
+        ma, mb = compare(__file__, name, args.rounds, ["--steps", str(args.steps)])
         print(f"| {name} | {B} x {T} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
 
 

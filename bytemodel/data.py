@@ -43,8 +43,15 @@ class Corpus:
 
 
 def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
-                 val_fraction: float = 0.1, context: int = 256) -> Corpus:
-    """Encode byte documents into run_dir/tokens.u16 (streamed: one document in memory at a time)."""
+                 val_fraction: float = 0.1, context: int = 256, pieces=None) -> Corpus:
+    """Encode byte documents into run_dir/tokens.u16, one document in memory at a time.
+
+    pieces: instead of documents, an iterable of (bytes, last_piece_of_document), as the readers'
+    stream_documents yields; memory is then bounded by the piece size. Only for tokenizers whose
+    encoding cannot span a cut (plain bytes): BPE needs whole documents.
+    """
+    if pieces is None:
+        pieces = ((doc, True) for doc in documents)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / TOKENS_FILE
@@ -54,15 +61,21 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
     sep = np.array([tokenizer.doc_id], dtype="<u2").tobytes()
     try:
         with open(tmp, "wb") as f:
-            for doc in documents:
-                if not doc:
-                    continue
-                ids = tokenizer.encode(doc).astype("<u2", copy=False).tobytes() + sep
-                f.write(ids)
-                h.update(ids)
-                n_tok += len(ids) // 2
-                n_bytes += len(doc)
-                n_docs += 1
+            open_doc = False  # a document has bytes written and no separator yet
+            for piece, last in pieces:
+                if piece:
+                    ids = tokenizer.encode(piece).astype("<u2", copy=False).tobytes()
+                    f.write(ids)
+                    h.update(ids)
+                    n_tok += len(ids) // 2
+                    n_bytes += len(piece)
+                    open_doc = True
+                if last and open_doc:
+                    f.write(sep)
+                    h.update(sep)
+                    n_tok += 1
+                    n_docs += 1
+                    open_doc = False
         if n_bytes == 0:
             raise SourceError("the source holds no data (empty file or files)")
         need = 2 * (context + 1)

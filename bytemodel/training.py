@@ -220,7 +220,12 @@ def prepare(tc: TrainConfig, resume: bool = False):
     docs = lambda: read_documents(tc.source, tc.reader or None)  # noqa: E731
     tok = _make_tokenizer(tc, docs)
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx})
-    corpus = build_corpus(docs(), tok, run_dir, tc.val_fraction, cfg.context)
+    if tok.merges:
+        corpus = build_corpus(docs(), tok, run_dir, tc.val_fraction, cfg.context)
+    else:  # plain bytes: stream in bounded pieces, whatever the file size
+        from .readers import stream_documents
+        corpus = build_corpus(None, tok, run_dir, tc.val_fraction, cfg.context,
+                              pieces=stream_documents(tc.source, tc.reader or None))
     return tc, run_dir, tok, corpus, cfg, None
 
 

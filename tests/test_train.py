@@ -138,3 +138,14 @@ def test_tokenizer_file_must_match_the_checkpoint(tmp_path, dna_file, fast_setti
         bytemodel.train(dna_file, tmp_path / "run2", steps=3, tokenizer=str(corrupt), **fast_settings)
     with pytest.raises(TokenizerError):  # more merges than the data has repeating pairs
         bytemodel.train(dna_file, tmp_path / "run3", steps=3, merges=60000, **fast_settings)
+
+
+def test_corpus_from_pieces_equals_corpus_from_documents(tmp_path):
+    from bytemodel.data import build_corpus
+    from bytemodel.tokenizer import Tokenizer
+    docs = [bytes(range(256)) * 3, b"second document", b"third" * 50]
+    pieces = [(d[i:i + 100], i + 100 >= len(d)) for d in docs for i in range(0, len(d), 100)]
+    a = build_corpus(docs, Tokenizer(), tmp_path / "a", context=16)
+    b = build_corpus(None, Tokenizer(), tmp_path / "b", context=16, pieces=pieces)
+    assert a.sha256 == b.sha256 and a.n_docs == b.n_docs == 3 and a.n_bytes == b.n_bytes
+    assert int((np.asarray(a.tokens) == 256).sum()) == 3  # one separator after each document
