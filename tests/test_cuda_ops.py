@@ -10,7 +10,7 @@ Tolerances (norm-relative, ||gpu - ref|| / ||ref||), with their reasons:
     bf16   1.6e-2: the same argument with bf16's 2^-8 ~ 3.9e-3.
     fp32   1e-5: fp32 arithmetic against fp64, ~1e-7 per operation.
 Whole model (fp16): 3e-2 per gradient tensor: roundings compound through 2 layers of fp16
-activations (measured on the device, see benchmarks/README_gpu.md).
+activations (measured on the device, see benchmarks/README.md).
 """
 import math
 
