@@ -287,8 +287,9 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, step)
             model.grads[...] = 0
             losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scaler.scale)
-            loss = float(losses.mean())
-            norm = global_norm(ops, model.grads) / scaler.scale
+            loss_dev = losses.mean()
+            norm = global_norm(ops, model.grads) / scaler.scale   # one wait for the device per step
+            loss = float(loss_dev)
             finite = math.isfinite(norm) and math.isfinite(loss)
             if scaler.update(finite):
                 clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
