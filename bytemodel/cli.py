@@ -166,23 +166,32 @@ def _write(data: bytes, out: Path, fmt: str, run_reader: str) -> None:
 
 @app.command()
 def score(
-    file: Path = typer.Argument(..., help="File whose bytes to score."),
+    file: Path = typer.Argument(..., help="File (or directory) whose content to score."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="[default: latest run]"),
+    raw: bool = typer.Option(False, "--raw", help="Score the file's bytes as they are, not decoded by the run's reader."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
 ):
-    """Bits per byte of a file under a model (lower = the model predicts it better).
+    """Bits per byte of data under a model (lower = the model predicts it better).
 
+    The file is decoded by the run's reader (a FASTA file is scored on its bases, as the model was
+    trained), each document scored from its start; --raw scores the bytes as they are.
     Example: bytemodel score held_out.fa
     """
     from . import load
+    from .readers import read_documents
     with user_errors():
         lm = load(checkpoint, device=device)
-        try:
-            data = file.read_bytes()
-        except OSError as e:
-            raise ConfigError(f"cannot read {file}: {e.strerror}") from None
-        r = lm.score(data)
-        typer.echo(f"{file}: {r['bits_per_byte']:.4f} bits/byte ({r['bits']:.0f} bits for {r['bytes']:,} bytes)")
+        run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
+        docs = read_documents(file, "raw" if raw else (run_reader or None))
+        bits = n = 0
+        for doc in docs:
+            if doc:
+                r = lm.score(doc)
+                bits += r["bits"]
+                n += r["bytes"]
+        if n == 0:
+            raise ConfigError(f"{file} holds no data to score")
+        typer.echo(f"{file}: {bits / n:.4f} bits/byte ({bits:.0f} bits for {n:,} bytes)")
 
 
 @app.command()

@@ -104,3 +104,16 @@ def test_image_run_generates_a_png_of_the_runs_size(tmp_path):
     assert code == 0, out
     with Image.open(target) as im:
         assert im.size == (8, 8) and im.mode == "L"
+
+
+def test_score_decodes_with_the_runs_reader(tmp_path, dna_file):
+    run_dir = tmp_path / "run"
+    fa = tmp_path / "x.fa"
+    seq = dna_file.read_text()
+    fa.write_text(">rec\n" + "\n".join(seq[i:i + 60] for i in range(0, len(seq), 60)) + "\n")
+    code, out = run(["train", "--source", str(fa), "--steps", "3", "--out", str(run_dir), "--no-baseline"] + SMALL)
+    assert code == 0, out
+    code, out = run(["score", str(fa), "-c", str(run_dir)])
+    assert code == 0 and f"for {len(seq):,} bytes" in out, out      # the bases only
+    code, out = run(["score", str(fa), "-c", str(run_dir), "--raw"])
+    assert code == 0 and f"for {fa.stat().st_size:,} bytes" in out   # header and newlines too
