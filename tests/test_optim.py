@@ -1,0 +1,50 @@
+"""AdamW, the schedule and loss scaling, checked by hand."""
+import math
+
+import numpy as np
+
+from bytemodel.config import ModelConfig
+from bytemodel.model import Model
+from bytemodel.optim import AdamW, LossScaler, global_norm, lr_at
+from bytemodel.ops import numpy_ops
+
+
+def test_schedule_warmup_then_cosine():
+    assert lr_at(0, 1.0, 10, 110) == 0.1
+    assert lr_at(9, 1.0, 10, 110) == 1.0
+    assert math.isclose(lr_at(60, 1.0, 10, 110), 0.1 + 0.9 * 0.5)   # half way down the cosine
+    assert math.isclose(lr_at(110, 1.0, 10, 110), 0.1)              # floor: min_ratio * lr
+
+
+def test_adamw_first_step_by_hand():
+    cfg = ModelConfig(vocab_size=5, d_model=4, n_layers=1, n_heads=2, d_ff=6, context=4)
+    m = Model(cfg, dtype=np.float64)
+    m.init_weights(0)
+    p0 = m.params.copy()
+    m.grads[:] = np.linspace(-1, 1, m.size)
+    opt = AdamW(m, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt.step(lr=0.01)
+    # step 1: m_hat = g, v_hat = g^2, so the update is sign(g) (|g| >> eps) plus decay on matrices
+    g = np.linspace(-1, 1, m.size)
+    mask = m.decay_mask()
+    want = p0 - 0.01 * (g / (np.abs(g) + 1e-8) + 0.1 * mask * p0)
+    np.testing.assert_allclose(m.params, want, rtol=1e-12, atol=1e-12)
+    from bytemodel.model import views
+    mv = views(mask, cfg)
+    assert (mv["norm_f"] == 0).all() and (mv["layers.0.attn_norm"] == 0).all()   # gains: no decay
+    assert (mv["wte"] == 1).all() and (mv["layers.0.wqkv"] == 1).all()           # matrices: decay
+
+
+def test_global_norm():
+    g = np.array([3.0, 4.0, 0.0])
+    assert global_norm(numpy_ops, g) == 5.0
+    assert math.isinf(global_norm(numpy_ops, np.array([1.0, np.inf])))
+
+
+def test_loss_scaler_skips_on_overflow_and_recovers():
+    s = LossScaler(enabled=True, init=1024.0, interval=3)
+    assert s.update(finite=False) is False and s.scale == 512.0      # overflow: skip, halve
+    assert s.update(finite=False) is False and s.scale == 256.0
+    assert all(s.update(finite=True) for _ in range(3)) and s.scale == 512.0   # 3 good: double
+    off = LossScaler(enabled=False)
+    assert off.scale == 1.0 and off.update(False) is False and off.scale == 1.0
