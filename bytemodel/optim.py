@@ -45,15 +45,23 @@ class AdamW:
         self.mask = model.decay_mask().astype(model.params.dtype)
         self.t = 0                             # number of steps taken (for bias correction)
 
-    def step(self, lr: float, grad_scale: float = 1.0) -> None:
-        """One update with gradients multiplied by grad_scale first (unscaling and clipping)."""
+    def step(self, lr: float, grad_scale: float = 1.0, clip: float = 0.0, norm=None) -> None:
+        """One update with gradients multiplied by grad_scale first (unscaling and clipping).
+
+        clip, norm: only with a backend's fused adamw_step, which then clips by the device-side
+        norm (a 0-d array from ops.global_norm) and skips the update if it is not finite, with no
+        wait for the host. Without the hook the caller clips through grad_scale.
+        """
         self.t += 1
         p, g = self.model.params, self.model.grads
         fused = getattr(self.ops, "adamw_step", None)
         if fused is not None:
             fused(p, g, self.m, self.v, self.mask, lr=lr, beta1=self.b1, beta2=self.b2,
-                  eps=self.eps, weight_decay=self.wd, step=self.t, grad_scale=grad_scale)
+                  eps=self.eps, weight_decay=self.wd, step=self.t, grad_scale=grad_scale,
+                  clip=clip, norm=norm)
             return
+        if norm is not None:
+            raise ValueError("device-side clipping needs a backend with adamw_step")
         xp = self.xp
         if grad_scale != 1.0:
             g = g * p.dtype.type(grad_scale)

@@ -282,39 +282,75 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
     bar = _Progress(progress, tc.steps, step)
     interrupted = False
     t_last, tok_since = time.perf_counter(), 0
+    # A GPU backend with fused AdamW and fetch_async runs "ahead": step s is queued on the device
+    # before step s-1's loss and norm are read on the host, so the GPU never waits for Python.
+    # The clip and the skip of a non-finite step happen on the device; the loss scale follows the
+    # host's reading one step late. Steps that end at a validation/checkpoint are settled first,
+    # so what is saved is exactly the state after that step.
+    ahead = getattr(ops, "fetch_async", None) is not None and getattr(ops, "adamw_step", None) is not None
+
+    def launch(s):
+        """Queue step s (0-based) and return what settle() needs to read its outcome."""
+        x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s)
+        model.grads[...] = 0
+        scale = scaler.scale
+        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale)
+        lr = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
+        if ahead:
+            norm_dev = ops.global_norm(model.grads)
+            opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm_dev)
+            return s, ops.fetch_async(losses.mean(), norm_dev), scale, x.size
+        loss_dev = losses.mean()
+        norm = global_norm(ops, model.grads) / scale   # one wait for the device per step
+        loss = float(loss_dev)
+        if math.isfinite(norm) and math.isfinite(loss):
+            clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
+            opt.step(lr, grad_scale=clip / scale)
+        return s, (lambda: (loss, norm * scale)), scale, x.size
+
+    def settle(pending):
+        """Read a launched step's loss and gradient norm; update the loss scale; -> (loss, norm, tokens)."""
+        s, fetch, scale, ntok = pending
+        loss, norm_scaled = fetch()
+        norm = norm_scaled / scale
+        finite = math.isfinite(norm) and math.isfinite(loss)
+        if not scaler.update(finite) and not scaler.enabled:
+            raise BytemodelError(f"training diverged at step {s} (loss {loss}); try a lower --lr")
+        return loss, norm, ntok
+
+    def finish(done, loss, norm, ntok, boundary):
+        """Metrics for step number `done` (1-based); validation and a checkpoint at a boundary."""
+        nonlocal last_val, last_loss, t_last, tok_since
+        last_loss = loss
+        tok_since += ntok
+        tps = tok_since / max(time.perf_counter() - t_last, 1e-9)
+        rec = {"step": done, "loss": loss, "bpb": loss / LN2 / bytes_per_token, "grad_norm": norm,
+               "lr": lr_at(done - 1, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio),
+               "tokens_per_s": tps, "bytes_per_s": tps * bytes_per_token, "time": time.time()}
+        if boundary:
+            last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
+            rec["val_bpb"] = last_val
+            save()
+            bar.note(f"step {done}: train {rec['bpb']:.3f} bits/byte, val {last_val:.3f} bits/byte")
+            t_last, tok_since = time.perf_counter(), 0
+        record(rec)
+        bar.update(done, rec, last_val)
+
     with _StopFlag() as stop, bar:
+        pending = None
         while step < tc.steps:
-            x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, step)
-            model.grads[...] = 0
-            losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scaler.scale)
-            loss_dev = losses.mean()
-            norm = global_norm(ops, model.grads) / scaler.scale   # one wait for the device per step
-            loss = float(loss_dev)
-            finite = math.isfinite(norm) and math.isfinite(loss)
-            if scaler.update(finite):
-                clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
-                lr = lr_at(step, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
-                opt.step(lr, grad_scale=clip / scaler.scale)
-            elif not scaler.enabled:
-                raise BytemodelError(f"training diverged at step {step} (loss {loss}); try a lower --lr")
+            launched = launch(step)
             step += 1
-            last_loss = loss
             if stop_at is not None and step >= stop_at:
                 stop.set = True
-            tok_since += x.size
-            now = time.perf_counter()
-            tps = tok_since / max(now - t_last, 1e-9)
-            rec = {"step": step, "loss": loss, "bpb": loss / LN2 / bytes_per_token, "grad_norm": norm,
-                   "lr": lr_at(step - 1, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio),
-                   "tokens_per_s": tps, "bytes_per_s": tps * bytes_per_token, "time": time.time()}
-            if step % tc.eval_every == 0 or step == tc.steps or stop.set:
-                last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
-                rec["val_bpb"] = last_val
-                save()
-                bar.note(f"step {step}: train {rec['bpb']:.3f} bits/byte, val {last_val:.3f} bits/byte")
-                t_last, tok_since = time.perf_counter(), 0
-            record(rec)
-            bar.update(step, rec, last_val)
+            if pending is not None:           # the previous step, queued ahead: read it now
+                finish(step - 1, *settle(pending), boundary=False)
+                pending = None
+            if step % tc.eval_every == 0 or step == tc.steps or stop.set or not ahead:
+                finish(step, *settle(launched),
+                       boundary=step % tc.eval_every == 0 or step == tc.steps or stop.set)
+            else:
+                pending = launched
             if stop.set:
                 interrupted = True
                 break

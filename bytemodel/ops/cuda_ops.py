@@ -600,6 +600,25 @@ class CudaBackend:
         return z - cp.log(cp.exp(z).sum(axis=-1, keepdims=True))
 
     # ------------------------------------------------------------------ optimizer hooks
+    def fetch_async(self, *arrays):
+        """Start copying small device arrays (0-d: a loss, a norm) into pinned host memory and
+        return a function that waits for those copies only (an event recorded right after them,
+        not the work queued later) and gives their values as floats. Lets the training loop read
+        step s-1 while step s runs."""
+        import cupyx
+        hosts = []
+        for a in arrays:
+            h = cupyx.empty_pinned(a.shape, dtype=a.dtype)
+            cp.asnumpy(a, out=h, blocking=False)
+            hosts.append(h)
+        done = cp.cuda.Event(disable_timing=True)
+        done.record()
+
+        def result():
+            done.synchronize()
+            return tuple(float(h) for h in hosts)
+        return result
+
     def global_norm(self, grads):
         """grads (P,) fp32 -> 0-d fp32 device array: sqrt(sum(grads^2)); inf/nan when any
         gradient is non-finite. Deterministic (fixed grid, two passes). No host sync."""
