@@ -4,8 +4,9 @@ NumPy releases the GIL inside its loops and BLAS calls, so Python threads run th
 batch slices at the same time. Every worker has a replica of the model that shares the weights
 and keeps its own gradient buffer and activations; after the step the replicas' gradients are
 added into the main buffer in a fixed order (so results are deterministic run to run). BLAS is
-held to one thread per worker meanwhile: several multithreaded BLAS calls at once oversubscribe the
-cores, which on small matrices is many times slower than single-threaded BLAS.
+held to cores // workers threads per worker meanwhile (one on a 2-core machine): several
+multithreaded BLAS calls at once oversubscribe the cores, which on small matrices is many times
+slower. By default there is one worker per core, at most 8 (each holds a gradient buffer).
 
 Used on the CPU backend only; a GPU backend runs the whole batch at once.
 """
@@ -17,11 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 
-def default_workers() -> int:
+MAX_DEFAULT_WORKERS = 8  # each worker holds a full gradient buffer: more cores go to BLAS threads
+
+
+def cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def default_workers() -> int:
+    return min(cores(), MAX_DEFAULT_WORKERS)
 
 
 class CoreParallel:
@@ -35,6 +43,7 @@ class CoreParallel:
         self.replicas = [model] + [model.replica() for _ in range(self.workers - 1)]
         self.pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
         self._limiter = None
+        self._blas_threads = max(1, cores() // self.workers)   # the cores left to each worker
         if self.workers > 1:
             try:
                 from threadpoolctl import ThreadpoolController
@@ -49,7 +58,7 @@ class CoreParallel:
     def _run(self, fn):
         if self._limiter is None:
             return fn()
-        with self._limiter.limit(limits=1, user_api="blas"):
+        with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
             return fn()
 
     def loss_and_grad(self, idx, targets, weight: float = 1.0):
