@@ -7,7 +7,6 @@ this file is imported by the benchmarks in their own environment.
 """
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
@@ -78,14 +77,3 @@ class TorchModel(torch.nn.Module):
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
-
-    def flops_per_token(self):
-        cfg = self.cfg
-        n = sum(p.numel() for p in self.parameters())
-        return 6 * n + 12 * cfg.n_layers * cfg.d_model * cfg.context
-
-
-def param_count(cfg) -> int:
-    return sum(p.numel() for p in TorchModel(cfg).parameters())
-
-
