@@ -61,3 +61,18 @@ def test_score_counts_every_byte_once(lm):
     assert abs(head["bits"] - nats / np.log(2)) < 1e-3 * head["bits"]
     # the long score's windows overlap: its total must exceed the first window's share alone
     assert r["bits"] > lm.score(data[:32])["bits"]
+
+
+def test_stop_at_document_end(lm, monkeypatch):
+    """With the sampler forced to end the document after four bytes, generation stops there when
+    asked (--one-document) and otherwise goes on: <doc> itself gives no bytes."""
+    import bytemodel.generate as g
+    calls = []
+
+    def fake(logits, rng, *a, **k):
+        calls.append(1)
+        return lm.tokenizer.doc_id if len(calls) == 5 else 65   # 'A' four times, then <doc>
+    monkeypatch.setattr(g, "sample_next", fake)
+    assert lm.generate(100, stop_at_doc_end=True) == b"AAAA"
+    calls.clear()
+    assert lm.generate(100, stop_at_doc_end=False) == b"A" * 100
