@@ -106,6 +106,13 @@ def test_image_run_generates_a_png_of_the_runs_size(tmp_path):
     assert code == 0, out
     with Image.open(target) as im:
         assert im.size == (8, 8) and im.mode == "L"
+    # no prompt: a 3-step model writes no usable header, so the size and mode come from the run's
+    # reader options (the writer's own fallback would be 64x64 RGB)
+    bare = tmp_path / "bare.png"
+    code, out = run(["generate", "-c", str(run_dir), "--bytes", "40", "--out", str(bare), "--seed", "1"])
+    assert code == 0, out
+    with Image.open(bare) as im:
+        assert im.size == (8, 8) and im.mode == "L"
 
 
 def test_score_decodes_with_the_runs_reader(tmp_path, dna_file):

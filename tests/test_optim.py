@@ -48,3 +48,15 @@ def test_loss_scaler_skips_on_overflow_and_recovers():
     assert all(s.update(finite=True) for _ in range(3)) and s.scale == 512.0   # 3 good: double
     off = LossScaler(enabled=False)
     assert off.scale == 1.0 and off.update(False) is False and off.scale == 1.0
+
+
+def test_compressor_baselines_by_hand():
+    """Random bytes do not compress (about 8 bits/byte); a tail that repeats the head costs
+    almost nothing once the compressor has seen the head, though the whole stream still does."""
+    from bytemodel.baselines import compress_bpb
+    rnd = np.random.default_rng(0).bytes(20000)
+    r = compress_bpb(rnd, tail_fraction=0.5)
+    assert 7.9 < r["zstd19"] < 8.2 and 7.9 < r["xz9"] < 8.2
+    rep = compress_bpb(rnd + rnd, tail_fraction=0.5)      # tail = head, exactly
+    assert rep["zstd19_tail"] < 0.5 and rep["xz9_tail"] < 0.5
+    assert 3.8 < rep["zstd19"] < 4.3                      # whole: the first copy still costs 8 bits

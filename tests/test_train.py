@@ -149,3 +149,17 @@ def test_corpus_from_pieces_equals_corpus_from_documents(tmp_path):
     b = build_corpus(None, Tokenizer(), tmp_path / "b", context=16, pieces=pieces)
     assert a.sha256 == b.sha256 and a.n_docs == b.n_docs == 3 and a.n_bytes == b.n_bytes
     assert int((np.asarray(a.tokens) == 256).sum()) == 3  # one separator after each document
+
+
+def test_divergence_stops_with_a_clear_error(tmp_path, dna_file, fast_settings, monkeypatch):
+    """A non-finite loss in fp32 is not a loss-scale overflow: training stops with a one-line error."""
+    from bytemodel.errors import BytemodelError
+    from bytemodel.ops import numpy_ops
+    real = numpy_ops.cross_entropy_forward
+
+    def nan_loss(logits, targets):
+        losses, cache = real(logits, targets)
+        return losses * np.nan, cache
+    monkeypatch.setattr(numpy_ops, "cross_entropy_forward", nan_loss)
+    with pytest.raises(BytemodelError, match="diverged at step 0"):
+        bytemodel.train(dna_file, tmp_path / "run", steps=5, **fast_settings)
