@@ -94,13 +94,10 @@ class TrainResult:
     history: list = field(default_factory=list)
 
 
-def evaluate(model, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+def evaluate(runner: CoreParallel, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
              batch: int = 16) -> tuple[float, float]:
-    """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`.
-
-    model: a Model or a CoreParallel (anything with .forward(idx, targets) -> per-token losses).
-    """
-    ops = getattr(model, "model", model).ops
+    """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`."""
+    ops = runner.model.ops
     nll = 0.0
     n_tok = 0
     n_bytes = 0
@@ -109,8 +106,7 @@ def evaluate(model, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_
     def run(xs, ys):
         nonlocal nll, n_tok, n_bytes
         x, y = np.concatenate(xs), np.concatenate(ys)
-        losses = ops.to_numpy(model.forward(ops.asarray(x), ops.asarray(y))).astype(np.float64)
-        getattr(model, "model", model)._acts = None
+        losses = ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y))).astype(np.float64)
         nll += losses.sum()
         n_tok += losses.size
         n_bytes += int(tokenizer.token_lengths[y.reshape(-1)].sum())
@@ -299,20 +295,24 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
         if ahead:
             norm_dev = ops.global_norm(model.grads)
             opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm_dev)
-            return s, ops.fetch_async(losses.mean(), norm_dev), scale, x.size
+            copied = ops.fetch_async(losses.mean(), norm_dev)
+
+            def fetch():
+                loss, norm_scaled = copied()
+                return loss, norm_scaled / scale
+            return s, fetch, x.size
         loss_dev = losses.mean()
         norm = global_norm(ops, model.grads) / scale   # one wait for the device per step
         loss = float(loss_dev)
         if math.isfinite(norm) and math.isfinite(loss):
             clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
             opt.step(lr, grad_scale=clip / scale)
-        return s, (lambda: (loss, norm * scale)), scale, x.size
+        return s, (lambda: (loss, norm)), x.size
 
     def settle(pending):
         """Read a launched step's loss and gradient norm; update the loss scale; -> (loss, norm, tokens)."""
-        s, fetch, scale, ntok = pending
-        loss, norm_scaled = fetch()
-        norm = norm_scaled / scale
+        s, fetch, ntok = pending
+        loss, norm = fetch()
         finite = math.isfinite(norm) and math.isfinite(loss)
         if not scaler.update(finite) and not scaler.enabled:
             raise BytemodelError(f"training diverged at step {s} (loss {loss}); try a lower --lr")
@@ -346,9 +346,9 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             if pending is not None:           # the previous step, queued ahead: read it now
                 finish(step - 1, *settle(pending), boundary=False)
                 pending = None
-            if step % tc.eval_every == 0 or step == tc.steps or stop.set or not ahead:
-                finish(step, *settle(launched),
-                       boundary=step % tc.eval_every == 0 or step == tc.steps or stop.set)
+            boundary = step % tc.eval_every == 0 or step == tc.steps or stop.set
+            if boundary or not ahead:
+                finish(step, *settle(launched), boundary=boundary)
             else:
                 pending = launched
             if stop.set:
