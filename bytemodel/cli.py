@@ -13,6 +13,7 @@ import typer
 
 from .cli_errors import user_errors
 from .errors import ConfigError
+from .training import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
@@ -21,26 +22,26 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 @app.command()
 def train(
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
-    preset: str = typer.Option("tiny", help="Model size: tiny, small or base."),
-    steps: Optional[int] = typer.Option(None, help="Optimizer steps [default: 1000; on --resume, the run's own]."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Windows per step."),
-    context: int = typer.Option(0, help="Window length in tokens (0: the preset's)."),
-    lr: float = typer.Option(2e-3, help="Peak learning rate (warmup then cosine decay)."),
-    warmup: int = typer.Option(50, help="Warmup steps."),
-    weight_decay: float = typer.Option(0.1, "--weight-decay", help="AdamW decoupled weight decay."),
-    grad_clip: float = typer.Option(1.0, "--grad-clip", help="Global gradient-norm clip (0: off)."),
-    seed: int = typer.Option(0, help="Seed for the initial weights and the batch sampler."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory [default: runs/<source>-N]."),
+    preset: str = typer.Option(D.preset, help="Model size: tiny, small or base."),
+    steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count)."),
+    batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step."),
+    context: int = typer.Option(D.context, help="Window length in tokens (0: the preset's)."),
+    lr: float = typer.Option(D.lr, help="Peak learning rate (warmup then cosine decay)."),
+    warmup: int = typer.Option(D.warmup, help="Warmup steps."),
+    weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
+    grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
+    seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
     resume: bool = typer.Option(False, help="Continue the run in --out exactly where it stopped."),
-    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
-    precision: str = typer.Option("fp32", help="fp32 (CPU), or fp16 / bf16 on cuda."),
-    reader: str = typer.Option("", help="Reader name (default: detected from the file)."),
-    merges: int = typer.Option(0, help="BPE merges to learn from the source (0: plain bytes)."),
-    tokenizer: str = typer.Option("", help="A tok.json (from `bytemodel tokenizer train`) to use instead of --merges."),
-    workers: int = typer.Option(0, help="CPU threads, each training a slice of the batch (0: one per core)."),
-    eval_every: int = typer.Option(100, "--eval-every", help="Steps between validation + checkpoint."),
-    eval_tokens: int = typer.Option(32768, "--eval-tokens", help="Validation tokens scored each time."),
-    val_fraction: float = typer.Option(0.1, "--val-fraction", help="Tail of the data held out."),
+    device: str = typer.Option(D.device, help="cpu, cuda or auto."),
+    precision: str = typer.Option(D.precision, help="fp32 (CPU), or fp16 / bf16 on cuda."),
+    reader: str = typer.Option(D.reader, help="Reader name (default: detected from the file)."),
+    merges: int = typer.Option(D.merges, help="BPE merges to learn from the source (0: plain bytes)."),
+    tokenizer: str = typer.Option(D.tokenizer, help="A tok.json (from `bytemodel tokenizer train`) to use instead of --merges."),
+    workers: int = typer.Option(D.workers, help="CPU threads, each training a slice of the batch (0: one per core)."),
+    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
+    eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time."),
+    val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Tail of the data held out."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Override the preset's width."),
     n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Override the preset's depth."),
     n_heads: Optional[int] = typer.Option(None, "--n-heads", help="Override the number of heads."),
@@ -65,7 +66,7 @@ def train(
                                              tie_embeddings=tie_embeddings).items() if v is not None}
         if steps is not None and steps <= 0:
             raise ConfigError(f"steps must be positive, got {steps}")
-        settings = dict(preset=preset, steps=steps or (0 if resume else 1000), batch_size=batch_size,
+        settings = dict(preset=preset, steps=steps or (0 if resume else D.steps), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
                         seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
                         workers=workers,
@@ -99,7 +100,7 @@ def _read_prompt(prompt: str) -> bytes:
 def generate(
     n_bytes: int = typer.Option(4096, "--bytes", "-n", help="How many bytes to produce."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c",
-                                              help="Checkpoint file or run directory [default: latest run]."),
+                                              help="Checkpoint file or run directory (default: latest run)."),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text to continue, or @FILE for raw bytes."),
     prompt_file: Optional[Path] = typer.Option(None, "--prompt-file",
                                                help="A file of the run's kind (image, audio, FASTA...) decoded "
@@ -114,7 +115,7 @@ def generate(
                                        help="Write prompt + generated bytes to this file, as its format."),
     fmt: str = typer.Option("", "--format", "-f",
                             help="Output format: png, wav, fa, zst, txt, raw or a reader spec "
-                                 "[default: from --out's extension, else the run's reader]."),
+                                 "(default: from --out's extension, else the run's reader)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
 ):
     """Generate bytes from a trained model (KV cache).
@@ -169,7 +170,7 @@ def _write(data: bytes, out: Path, fmt: str, run_reader: str) -> None:
 @app.command()
 def score(
     file: Path = typer.Argument(..., help="File (or directory) whose content to score."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="[default: latest run]"),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
     raw: bool = typer.Option(False, "--raw", help="Score the file's bytes as they are, not decoded by the run's reader."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
 ):
@@ -224,7 +225,7 @@ def gradcheck(
 
 
 @app.command()
-def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory [default: latest].")):
+def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory (default: latest).")):
     """Describe a checkpoint: model, tokenizer, training state."""
     from . import checkpoint as ck, latest_run
     from .model import n_params

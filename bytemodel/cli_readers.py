@@ -61,7 +61,7 @@ def data_list() -> None:
 def data_get(
     name: str = typer.Argument(..., help="Dataset name (see `bytemodel data list`)."),
     dest: Optional[Path] = typer.Option(None, "--dest", "-d", help="Folder to put the files in "
-                                        "[default: the cache, $BYTEMODEL_CACHE or ~/.cache/bytemodel]."),
+                                        "(default: the cache, $BYTEMODEL_CACHE or ~/.cache/bytemodel)."),
     download: bool = typer.Option(False, "--download", help="Allow a download when no local copy exists."),
 ) -> None:
     """Fetch a dataset and print the folder it is in (checksums verified; local copies first).
