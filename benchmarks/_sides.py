@@ -7,6 +7,7 @@ from ~250 to ~60 tokens/s once torch was imported beside it). So every measureme
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -26,3 +27,31 @@ def compare(script: str, preset: str, rounds: int, extra: list[str]) -> tuple[fl
         a.append(measure(script, "ours", preset, extra))
         b.append(measure(script, "torch", preset, extra))
     return statistics.median(a), statistics.median(b)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--presets", default="tiny,small")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
+    return ap
+
+
+def main(script: str, args, measure, shape_header: str, shape, extra: list[str]) -> None:
+    """With --side: print measure(side, preset) alone (this is the child process). Without: the
+    markdown table, each side measured in its own process, alternating, median of the rounds."""
+    if args.side:
+        if args.side == "torch":
+            import torch
+            torch.set_num_threads(os.cpu_count())
+        print(measure(args.side, args.presets))
+        return
+    import numpy as np
+    import torch
+    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
+          f"median of {args.rounds} alternating rounds, each side in its own process")
+    print(f"| preset | {shape_header} | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
+    print("|---|---|---|---|---|")
+    for name in args.presets.split(","):
+        ma, mb = compare(script, name, args.rounds, extra)
+        print(f"| {name} | {shape(name)} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)

@@ -8,7 +8,6 @@ process (see _sides.py), in alternating rounds; the median is reported.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -61,33 +60,17 @@ def theirs(cfg, n):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--presets", default="tiny,small")
+    from _sides import main as table, parser
+    ap = parser()
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
     args = ap.parse_args()
-    if args.side:  # one measurement, printed as a bare number
-        cfg = preset(args.presets)
-        n = min(args.tokens, cfg.context - len(PROMPT) - 2)
-        if args.side == "torch":
-            import torch
-            torch.set_num_threads(os.cpu_count())
-            print(theirs(cfg, n))
-        else:
-            print(ours(cfg, n))
-        return
-    from _sides import compare
-    import torch
-    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
-          f"median of {args.rounds} alternating rounds, each side in its own process")
-    print("| preset | tokens | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
-    print("|---|---|---|---|---|")
-    for name in args.presets.split(","):
-        cfg = preset(name)
-        n = min(args.tokens, cfg.context - len(PROMPT) - 2)
-        ma, mb = compare(__file__, name, args.rounds, ["--tokens", str(args.tokens)])
-        print(f"| {name} | {n} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
+
+    def n_tokens(name):
+        return min(args.tokens, preset(name).context - len(PROMPT) - 2)
+
+    def measure(side, name):
+        return (theirs if side == "torch" else ours)(preset(name), n_tokens(name))
+    table(__file__, args, measure, "tokens", n_tokens, ["--tokens", str(args.tokens)])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Threads: both sides use all the machine's cores (bytemodel: one batch slice per 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -75,33 +74,16 @@ def theirs(cfg, B, T, steps, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--presets", default="tiny,small")
-    ap.add_argument("--rounds", type=int, default=3)
+    from _sides import main as table, parser
+    ap = parser()
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
     args = ap.parse_args()
-    if args.side:  # one measurement, printed as a bare number
-        name = args.presets
-        cfg, (B, T) = preset(name), SHAPES[name]
-        rng = np.random.default_rng(0)
-        if args.side == "torch":
-            import torch
-            torch.set_num_threads(os.cpu_count())
-            print(theirs(cfg, B, T, args.steps, rng))
-        else:
-            print(ours(cfg, B, T, args.steps, rng))
-        return
-    from _sides import compare
-    import torch
-    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
-          f"median of {args.rounds} alternating rounds, each side in its own process")
-    print("| preset | batch x context | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
-    print("|---|---|---|---|---|")
-    for name in args.presets.split(","):
-        B, T = SHAPES[name]
-        ma, mb = compare(__file__, name, args.rounds, ["--steps", str(args.steps)])
-        print(f"| {name} | {B} x {T} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
+
+    def measure(side, name):
+        (B, T), rng = SHAPES[name], np.random.default_rng(0)
+        return (theirs if side == "torch" else ours)(preset(name), B, T, args.steps, rng)
+    table(__file__, args, measure, "batch x context", lambda name: "%d x %d" % SHAPES[name],
+          ["--steps", str(args.steps)])
 
 
 if __name__ == "__main__":
