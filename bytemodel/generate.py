@@ -66,10 +66,11 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
     T = cfg.context
     out = bytearray()
+    W = model.weights()  # once per call, not per token (a cast copy on some backends)
 
     def prefill(ids):
         cache = model.new_cache(1, T)
-        logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0)
+        logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
         return cache, len(ids), ops.to_numpy(logits[0, -1, :V]).astype(np.float64)
 
     cache, pos, logits = prefill(history[-(T // 2 if len(history) > T else T):])
@@ -88,7 +89,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         if pos >= T:  # cache full: re-read the recent half into a fresh cache
             cache, pos, logits = prefill(history[-(T // 2):])
             continue
-        lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos)
+        lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
         pos += 1
         logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
     return bytes(out)

@@ -217,16 +217,22 @@ class Model:
         shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
         return [(xp.zeros(shape, dtype=dt), xp.zeros(shape, dtype=dt)) for _ in range(cfg.n_layers)]
 
-    def forward_cached(self, idx, cache, pos: int):
+    def forward_cached(self, idx, cache, pos: int, W=None):
         """idx (B, T) new tokens at positions pos..pos+T-1, with keys 0..pos-1 in `cache`.
 
         Writes the new keys/values into the cache and returns logits (B, T, V) (the last T rows).
+        W: the weights() views, when the caller calls this once per token and made them once.
         """
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
         N, C, H, K, D = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        W = self.weights()
-        cos, sin = self.rope(T, pos, getattr(o, "act_dtype", self.dtype))
+        W = self.weights() if W is None else W
+        dt = getattr(o, "act_dtype", self.dtype)
+        if pos + T <= cfg.context:  # one table for the whole context, sliced: no per-token tables
+            cos, sin = self.rope(cfg.context, 0, dt)
+            cos, sin = cos[pos:pos + T], sin[pos:pos + T]
+        else:
+            cos, sin = self.rope(T, pos, dt)
         x, _ = o.embedding_forward(W["wte"], idx)
         x = x.reshape(N, C)
         S = pos + T
