@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .model import Model
+from .ops import numpy_ops
 from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
@@ -113,9 +114,7 @@ def score(model: Model, tokenizer: Tokenizer, data: bytes) -> dict:
         end = min(start + T, n)
         x, y = ids[start:end], ids[start + 1:end + 1]
         logits = ops.to_numpy(model.forward_cached(ops.asarray(x[None]), model.new_cache(1, len(x)), 0))[0]
-        logits = logits[:, :V].astype(np.float64)
-        m = logits.max(axis=-1, keepdims=True)
-        lp = logits - m - np.log(np.exp(logits - m).sum(axis=-1, keepdims=True))
+        lp = numpy_ops.log_softmax(logits[:, :V].astype(np.float64))   # on the host, float64
         k = done - start
         nll -= lp[np.arange(k, len(y)), y[k:]].sum()
         done = end
