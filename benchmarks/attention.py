@@ -1,4 +1,4 @@
-"""FlashAttention forward/backward TFLOP/s: ours (bytemodel/gpu/flash_attn.cu) against PyTorch's
+"""FlashAttention forward/backward TFLOP/s: ours (gpu/flash_attn.cu) against PyTorch's
 scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
 
     python benchmarks/attention.py                 # the shapes of DESIGN.md

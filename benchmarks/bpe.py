@@ -40,7 +40,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bytemodel.bpe import MergeTable, apply_merges, decode_ids, encode_bytes, train_bpe  # noqa: E402
+from bytemodel.tokenizer.encode import MergeTable, apply_merges, encode_bytes  # noqa: E402
+from bytemodel.tokenizer.train import train_bpe  # noqa: E402
 from bytemodel.tokenizer import Tokenizer  # noqa: E402
 
 
@@ -109,14 +110,14 @@ def bench_ours(data: bytes, lines: list[bytes], merges: int, whole: bool, text: 
     ids_lines, r["encode_lines"] = best_of(lambda: apply_merges(x, table, seg_ends))
     r["bpt_lines"] = len(data) / len(ids_lines)
     with Timer() as t:
-        back = decode_ids(ids_lines, tok)
+        back = tok.decode(ids_lines)
     r["decode"] = (t.wall, t.cpu)
     assert back == data, "round trip failed"
     if whole:
         tw = MergeTable(mw)
         ids_whole, r["encode_whole"] = best_of(lambda: apply_merges(x, tw))
         r["bpt_whole"] = len(data) / len(ids_whole)
-        assert decode_ids(ids_whole, Tokenizer(mw)) == data
+        assert Tokenizer(mw).decode(ids_whole) == data
     if text:
         with Timer() as t:
             mt = train_bpe(data, merges, pre_split="text")
@@ -124,7 +125,7 @@ def bench_ours(data: bytes, lines: list[bytes], merges: int, whole: bool, text: 
         tt = MergeTable(mt)
         ids_t, r["encode_presplit"] = best_of(lambda: encode_bytes(data, tt, "text"))
         r["bpt_presplit"] = len(data) / len(ids_t)
-        assert decode_ids(ids_t, Tokenizer(mt)) == data
+        assert Tokenizer(mt).decode(ids_t) == data
     r["merges"] = m
     return r
 

@@ -1,6 +1,6 @@
 """The CLI's training loop on the GPU, with and without running a step ahead (same run).
 
-    PYTHONPATH=. python3 benchmarks/gpu_loop_ab.py --source bytemodel/data/klebsiella_hs11286_1m.fa.gz
+    PYTHONPATH=. python3 benchmarks/gpu_loop_ab.py --source datasets/klebsiella_hs11286_1m.fa.gz
 
 Trains the base preset for --steps steps twice through bytemodel.train: once as shipped (step s
 queued before step s-1 is read on the host), once with the backend's fetch_async hidden (the loop

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ModelConfig, PRESETS, preset
+from .config import ModelConfig, PRESETS, TrainConfig, preset
 from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-__all__ = ["train", "load", "LanguageModel", "ModelConfig", "PRESETS", "preset", "Tokenizer",
+__all__ = ["train", "load", "LanguageModel", "ModelConfig", "TrainConfig", "PRESETS", "preset", "Tokenizer",
            "BytemodelError", "CheckpointError", "ConfigError", "SourceError", "TokenizerError",
            "latest_run"]
 
@@ -29,8 +29,8 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
 
     Returns a TrainResult (run_dir, checkpoint, step, val_bpb, train_loss, interrupted, history).
     """
-    from .training import TrainConfig, train as _train
     import dataclasses
+    from .training import train as _train
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     bad = set(settings) - known
     if bad:

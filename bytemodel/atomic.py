@@ -1,40 +1,71 @@
-"""Atomic file writes: a crash or Ctrl-C at any moment leaves either the old file or the new one.
+"""The one atomic file write: a crash or Ctrl-C at any moment leaves either the old file or the new one.
 
 The bytes go to a temporary file in the same folder, which is flushed and fsynced, then renamed
 over the target (rename is atomic within a file system), then the folder is fsynced so the
 rename itself survives a power cut. On any failure, including KeyboardInterrupt, the temporary
 file is removed and the target is untouched.
+
+Every file bytemodel writes goes through write_atomic: checkpoints, tok.json, the corpus and its
+description, reader outputs, encoded/decoded id files.
 """
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
+def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *,
+                 error: type[Exception] | None = None) -> Path:
+    """Write `data` (bytes, or a function that writes into the open binary file) to `path`.
+
+    error: an exception class (a BytemodelError) to raise with a one-line message when the OS
+    refuses (disk full, read-only, no such folder); None re-raises the OSError.
+    """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        if error is None:
+            raise
+        raise error(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())   # as open() would make it (mkstemp makes it private)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if callable(data):
+                data(f)        # the writer may close f (a compressor wrapping it does)
+            else:
+                f.write(data)
+        _fsync(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if error is not None and isinstance(e, OSError):
+            raise error(f"cannot write {path}: {e.strerror or e}") from None
         raise
     try:
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _fsync(folder)     # the rename itself, durable
     except OSError:
-        pass
+        pass               # some file systems cannot fsync a folder
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync(p: str | os.PathLike) -> None:
+    """Flush a file's or folder's data and metadata to the disk."""
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

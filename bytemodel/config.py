@@ -1,8 +1,13 @@
-"""Model configuration and the named presets (the same names in the CLI, tests and benchmarks)."""
+"""Configuration: the model (ModelConfig, the named presets) and training (TrainConfig).
+
+The preset names are the same in the CLI, tests and benchmarks. Both dataclasses are stored in
+every checkpoint.
+"""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
@@ -85,3 +90,52 @@ def preset(name: str, vocab: int = 257, **overrides) -> ModelConfig:
     d = dict(PRESETS[name], vocab_size=vocab)
     d.update({k: v for k, v in overrides.items() if v is not None})
     return ModelConfig.from_dict(d)
+
+
+@dataclass
+class TrainConfig:
+    """Every training setting; stored in the checkpoint. Defaults are for the tiny preset on a CPU."""
+    source: str = ""
+    out_dir: str = ""
+    preset: str = "tiny"
+    steps: int = 1000          # optimizer steps
+    batch_size: int = 16       # windows per step
+    context: int = 0           # 0: the preset's context
+    lr: float = 2e-3           # peak learning rate; small models tolerate a high one
+    min_lr_ratio: float = 0.1  # cosine decays to lr * this
+    warmup: int = 50           # linear warmup steps
+    weight_decay: float = 0.1  # AdamW decoupled decay on matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0     # global-norm clip; 0 disables
+    seed: int = 0              # init and sampler seed
+    eval_every: int = 100      # steps between validations (and checkpoints)
+    eval_tokens: int = 32768   # validation tokens scored each time (spread over the held-out tail)
+    val_fraction: float = 0.1  # tail of the corpus held out
+    device: str = "cpu"
+    precision: str = "fp32"
+    reader: str = ""           # "" = detect from the file
+    merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
+    tokenizer: str = ""        # a tok.json to use instead of learning merges ("" = none)
+    workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
+    model: dict = field(default_factory=dict)  # ModelConfig overrides
+
+    def validate(self) -> None:
+        pos = ("steps", "batch_size", "eval_every", "eval_tokens")
+        for f in pos:
+            if getattr(self, f) <= 0:
+                raise ConfigError(f"{f.replace('_', '-')} must be positive, got {getattr(self, f)}")
+        if self.context < 0:
+            raise ConfigError(f"context must be positive, got {self.context}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers}")
+        if self.merges < 0:
+            raise ConfigError(f"merges must be >= 0, got {self.merges}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a positive number, got {self.lr}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"val-fraction must be between 0 and 1, got {self.val_fraction}")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:
+            raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint as ckpt
-from .config import ModelConfig, preset as make_preset, PRESETS
-from .data import Corpus, build_corpus, open_corpus, sample_batch, eval_windows
-from .errors import BytemodelError, ConfigError, CheckpointError, SourceError
+from .config import PRESETS, TrainConfig, preset as make_preset
+from .corpus import build_corpus, open_corpus, sample_batch, eval_windows
+from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
 from .model import Model
 from .ops import get_backend, resolve_device
 from .parallel import CoreParallel
@@ -32,55 +32,6 @@ from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
 METRICS_FILE = "metrics.jsonl"
-
-
-@dataclass
-class TrainConfig:
-    """Every training setting; stored in the checkpoint. Defaults are for the tiny preset on a CPU."""
-    source: str = ""
-    out_dir: str = ""
-    preset: str = "tiny"
-    steps: int = 1000          # optimizer steps
-    batch_size: int = 16       # windows per step
-    context: int = 0           # 0: the preset's context
-    lr: float = 2e-3           # peak learning rate; small models tolerate a high one
-    min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup: int = 50           # linear warmup steps
-    weight_decay: float = 0.1  # AdamW decoupled decay on matrices only
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0     # global-norm clip; 0 disables
-    seed: int = 0              # init and sampler seed
-    eval_every: int = 100      # steps between validations (and checkpoints)
-    eval_tokens: int = 32768   # validation tokens scored each time (spread over the held-out tail)
-    val_fraction: float = 0.1  # tail of the corpus held out
-    device: str = "cpu"
-    precision: str = "fp32"
-    reader: str = ""           # "" = detect from the file
-    merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
-    tokenizer: str = ""        # a tok.json to use instead of learning merges ("" = none)
-    workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
-    model: dict = field(default_factory=dict)  # ModelConfig overrides
-
-    def validate(self) -> None:
-        pos = ("steps", "batch_size", "eval_every", "eval_tokens")
-        for f in pos:
-            if getattr(self, f) <= 0:
-                raise ConfigError(f"{f.replace('_', '-')} must be positive, got {getattr(self, f)}")
-        if self.context < 0:
-            raise ConfigError(f"context must be positive, got {self.context}")
-        if self.workers < 0:
-            raise ConfigError(f"workers must be >= 0, got {self.workers}")
-        if self.merges < 0:
-            raise ConfigError(f"merges must be >= 0, got {self.merges}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr must be a positive number, got {self.lr}")
-        if not 0 < self.val_fraction < 1:
-            raise ConfigError(f"val-fraction must be between 0 and 1, got {self.val_fraction}")
-        if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:
-            raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
 
 
 @dataclass
@@ -160,15 +111,10 @@ def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
     if tc.tokenizer:
         if tc.merges:
             raise ConfigError("give either --merges (learn them) or --tokenizer (a tok.json), not both")
-        from .bpe import load_tokenizer
-        return load_tokenizer(tc.tokenizer)
+        return Tokenizer.load(tc.tokenizer)
     if tc.merges == 0:
         return Tokenizer()
-    try:
-        from .bpe import train_bpe
-    except ImportError:
-        raise ConfigError("BPE merges are not available in this build") from None
-    return Tokenizer(train_bpe(documents_fn(), tc.merges))
+    return Tokenizer.train(documents_fn(), tc.merges)
 
 
 def prepare(tc: TrainConfig, resume: bool = False):
@@ -183,9 +129,7 @@ def prepare(tc: TrainConfig, resume: bool = False):
             raise ConfigError("--resume needs the run directory (--out DIR)")
         loaded = ckpt.load(run_dir)
         if tc.tokenizer:
-            from .bpe import load_tokenizer
-            from .errors import TokenizerError
-            given = load_tokenizer(tc.tokenizer)
+            given = Tokenizer.load(tc.tokenizer)
             if given.merges != loaded.tokenizer.merges:
                 raise TokenizerError(f"tokenizer {tc.tokenizer} does not match the checkpoint's "
                                      f"({given.n_merges} vs {loaded.tokenizer.n_merges} merges, or different ones)")

@@ -1,11 +1,12 @@
-"""Maintainer helper: (re)build bytemodel/data/catalogue.json with checksums of the files installed here.
+"""Maintainer helper: (re)build datasets/catalogue.json with checksums of the files installed here.
 
 Run from the repository root on Debian 12 with every package named below installed:
-    python datasets/make_catalogue.py
+    PYTHONPATH=. python datasets/make_catalogue.py
 """
 import json, hashlib, gzip
 from pathlib import Path
-from bytemodel.datasets import sha256_file, glob_files, tree_sha256
+from bytemodel.atomic import write_atomic
+from bytemodel.catalogue import sha256_file, glob_files, tree_sha256
 
 def files(pkg, paths, names=None):
     return {"kind": "debian", "package": pkg,
@@ -16,7 +17,7 @@ def globsrc(pkg, base, pattern):
     return {"kind": "debian", "package": pkg, "base": base, "glob": pattern, "count": len(fs),
             "tree_sha256": tree_sha256({r: sha256_file(p) for r, p in fs.items()})}
 
-DATA = Path("bytemodel/data")
+DATA = Path(__file__).resolve().parent  # the catalogue and the shipped samples
 lam = DATA / "lambda_virus.fa"
 klebs = sorted(Path("/usr/share/doc/kleborate/examples/data").glob("*.fna.xz"))
 D = []
@@ -88,7 +89,7 @@ D.append(dict(name="lambda-phage-zst", type="zstd", reader="zstd",
 cat = {"version": 1,
        "note": "checksums computed from the files of the Debian 12 (bookworm) packages named",
        "datasets": D}
-(DATA / "catalogue.json").write_text(json.dumps(cat, indent=1) + "\n")
+write_atomic(DATA / "catalogue.json", (json.dumps(cat, indent=1) + "\n").encode())
 for d in D:
     for s in d["sources"]:
         print(d["name"], s["kind"], s.get("count", ""), s.get("package", ""))

@@ -1,7 +1,7 @@
 """Shared steps of the example scripts: fetch data, train briefly, generate, write, compare.
 
 Every example does the same five things on real data:
-1. get the data (`bytemodel.datasets.get`: shipped sample or installed Debian package),
+1. get the data (`bytemodel.catalogue.get`: shipped sample or installed Debian package),
 2. train a tiny model for a few hundred steps (`bytemodel.train`),
 3. generate bytes and write them in the data's own format (`write_output`: .fa, .png, .wav, ...),
 4. measure what zstd -19 and xz -9e achieve on the same byte stream the model was trained on,
@@ -58,7 +58,7 @@ def out_dir(args, name: str) -> Path:
 def fetch(name: str) -> Path:
     """A catalogue dataset's folder, or exit with the one-line reason (e.g. which package to install)."""
     try:
-        from bytemodel import datasets
+        from bytemodel import catalogue as datasets
         return datasets.get(name)
     except BytemodelError as e:
         sys.exit(f"error: {e}")

@@ -78,7 +78,7 @@ def pack_file(seq: bytes, path: Path, record: int = 1000) -> None:
 
 args = parse_args(__doc__.splitlines()[0], steps=300)
 out = out_dir(args, "custom_format")
-genome = b"".join(read_documents(Path(__file__).resolve().parents[1] / "bytemodel" / "data" / "lambda_virus.fa"))
+genome = b"".join(read_documents(Path(__file__).resolve().parents[1] / "datasets" / "lambda_virus.fa"))
 source = out / "data" / "lambda.dna2"
 source.parent.mkdir(exist_ok=True)
 pack_file(genome, source)

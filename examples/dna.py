@@ -13,7 +13,7 @@ READER = "fasta"
 
 args = parse_args(__doc__.splitlines()[0], steps=300)
 out = out_dir(args, "dna")
-source = fetch("lambda-phage")            # bytemodel/data/lambda_virus.fa, 48,502 bases
+source = fetch("lambda-phage")            # datasets/lambda_virus.fa, 48,502 bases
 result, seconds = train(source, READER, args, out)
 seq = generate(result, 3000, stop_at_doc_end=True)
 print("generated:", seq[:120].decode("ascii", "replace"), "...")

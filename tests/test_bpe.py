@@ -16,11 +16,11 @@ import typer
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
-from bytemodel.bpe import (apply_merges, decode_ids, encode, encode_bytes, encode_chunks, load_tokenizer,
-                           sample_segments, save_tokenizer, train_bpe, train_tokenizer)
-from bytemodel.bpe_train import pre_split_pieces
 from bytemodel.errors import TokenizerError
 from bytemodel.tokenizer import Tokenizer
+from bytemodel.tokenizer.encode import apply_merges, encode_bytes, encode_chunks
+from bytemodel.tokenizer.pretok import pre_split_pieces
+from bytemodel.tokenizer.train import sample_segments, train_bpe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def real_text() -> bytes:
 
 
 def real_dna() -> bytes:
-    p = ROOT / "bytemodel" / "data" / "lambda_virus.fa"
+    p = ROOT / "datasets" / "lambda_virus.fa"
     if p.exists():
         return p.read_bytes()
     rng = np.random.default_rng(7)
@@ -190,14 +190,13 @@ def test_round_trip_random_bytes(text_tok, random_tok, data):
         ids = tok.encode(data)
         assert ids.dtype == np.uint16
         assert tok.decode(ids) == data
-        assert decode_ids(ids, tok) == data
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.binary(max_size=500))
 def test_round_trip_invalid_utf8_and_zero(text_tok, data):
     data = b"\x00\xff\xfe" + data + "é".encode()[:1] + b"\x00"
-    assert decode_ids(text_tok.encode(data), text_tok) == data
+    assert text_tok.decode(text_tok.encode(data)) == data
 
 
 def test_round_trip_dna():
@@ -205,14 +204,15 @@ def test_round_trip_dna():
     tok = Tokenizer(train_bpe(dna, 256))
     ids = tok.encode(dna)
     assert len(ids) < len(dna) / 2.5
-    assert decode_ids(ids, tok) == dna
+    assert tok.decode(ids) == dna
 
 
-def test_decode_ids_matches_tokenizer_decode(text_tok):
+def test_decode_equals_joining_each_ids_bytes(text_tok):
     ids = np.arange(text_tok.vocab_size, dtype=np.uint16)  # every id, the <doc> special included
-    assert decode_ids(ids, text_tok) == text_tok.decode(ids)
+    assert text_tok.decode(ids) == b"".join(text_tok.vocab[i] for i in ids)
+    assert text_tok.decode(ids[-1:]) == b""                 # <doc> gives no bytes
     with pytest.raises(TokenizerError):
-        decode_ids(np.array([text_tok.vocab_size]), text_tok)
+        text_tok.decode(np.array([text_tok.vocab_size]))
 
 
 # ---------------------------------------------------------------- pre-split
@@ -225,16 +225,16 @@ def test_text_pieces_join_back(data):
 
 def test_pre_split_text():
     text = real_text()
-    tok = train_tokenizer(text, 200, pre_split="text")
+    tok = Tokenizer.train(text, 200, pre_split="text")
     pieces = set(pre_split_pieces(text, "text"))
     for v in tok.vocab[256:256 + tok.n_merges]:  # learned tokens never span two pieces
         assert any(v in p for p in pieces)
-    ids = encode(tok, text)
-    assert decode_ids(ids, tok) == text
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
     # the pre-split encoding equals encoding each piece on its own
     sample = text[:3000]
     want = [i for p in pre_split_pieces(sample, "text") for i in naive_encode(p, tok.merges)]
-    assert encode(tok, sample).tolist() == want
+    assert tok.encode(sample).tolist() == want
     with pytest.raises(TokenizerError, match="unknown pre-split"):
         train_bpe(text, 10, pre_split="words")
 
@@ -252,8 +252,8 @@ def test_encode_chunks_equals_whole_where_safe(text_tok):
 
 def test_encode_chunks_pre_split_equals_whole():
     text = real_text()
-    tok = train_tokenizer(text[:50000], 150, pre_split="text")
-    whole = encode(tok, text)
+    tok = Tokenizer.train(text[:50000], 150, pre_split="text")
+    whole = tok.encode(text)
     parts = list(encode_chunks((text[i:i + 1000] for i in range(0, len(text), 1000)), tok.merges,
                                pre_split="text", chunk_bytes=4096, max_chunk=1 << 20))
     assert len(parts) > 3
@@ -265,7 +265,7 @@ def test_encode_chunks_without_safe_cut_still_round_trips():
     tok = Tokenizer(train_bpe(dna, 64))
     parts = list(encode_chunks([dna], tok.merges, chunk_bytes=2048, max_chunk=4096))
     assert len(parts) > 3
-    assert decode_ids(np.concatenate(parts), tok) == dna
+    assert tok.decode(np.concatenate(parts)) == dna
 
 
 def test_sample_is_bounded_and_deterministic():
@@ -297,8 +297,8 @@ def test_bad_merge_counts():
 
 def test_tokenizer_file_round_trip(tmp_path, text_tok):
     p = tmp_path / "tok.json"
-    save_tokenizer(text_tok, p)
-    tok = load_tokenizer(p)
+    text_tok.save(p)
+    tok = Tokenizer.load(p)
     assert tok.merges == text_tok.merges and tok.vocab_size == text_tok.vocab_size
     assert tok.pre_split is None
     d = json.loads(p.read_text())
@@ -310,7 +310,7 @@ def test_tokenizer_file_round_trip(tmp_path, text_tok):
                                     "bad_version", "bad_vocab", "missing"])
 def test_corrupt_tokenizer_file_is_refused(tmp_path, text_tok, damage):
     p = tmp_path / "tok.json"
-    save_tokenizer(text_tok, p)
+    text_tok.save(p)
     d = json.loads(p.read_text())
     if damage == "edit_merge":
         d["merges"][5][1] += 1
@@ -330,13 +330,13 @@ def test_corrupt_tokenizer_file_is_refused(tmp_path, text_tok, damage):
     elif damage == "missing":
         p.unlink()
     with pytest.raises(TokenizerError):
-        load_tokenizer(p)
+        Tokenizer.load(p)
 
 
 # ---------------------------------------------------------------- CLI
 
 def cli_app() -> typer.Typer:
-    from bytemodel.cli_tokenizer import register
+    from bytemodel.cli.tokenizer import register
     app = typer.Typer()
 
     @app.command()
@@ -354,7 +354,7 @@ def test_cli_train_stats_encode_decode(tmp_path):
     tokf = tmp_path / "tok.json"
     r = runner.invoke(app, ["tokenizer", "train", "--source", str(src), "--merges", "100", "--out", str(tokf)])
     assert r.exit_code == 0, r.output
-    assert load_tokenizer(tokf).n_merges == 100
+    assert Tokenizer.load(tokf).n_merges == 100
     r = runner.invoke(app, ["tokenizer", "stats", "--tokenizer", str(tokf), str(src)])
     assert r.exit_code == 0, r.output
     assert "bytes/token" in r.output and "vocabulary 357" in r.output
@@ -362,7 +362,7 @@ def test_cli_train_stats_encode_decode(tmp_path):
     r = runner.invoke(app, ["tokenizer", "encode", "--tokenizer", str(tokf), str(src), "--out", str(ids)])
     assert r.exit_code == 0, r.output
     arr = np.fromfile(ids, dtype="<u2")
-    assert arr.tolist() == load_tokenizer(tokf).encode(src.read_bytes()).tolist()
+    assert arr.tolist() == Tokenizer.load(tokf).encode(src.read_bytes()).tolist()
     back = tmp_path / "back.bin"
     r = runner.invoke(app, ["tokenizer", "decode", "--tokenizer", str(tokf), str(ids), "--out", str(back)])
     assert r.exit_code == 0, r.output

@@ -5,30 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from bytemodel import cli_readers, datasets
+from bytemodel import catalogue as datasets
+from bytemodel.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-LAMBDA = ROOT / "bytemodel" / "data" / "lambda_virus.fa"
-
-
-def make_app() -> typer.Typer:
-    """The main CLI when it is there (it registers these commands itself), else a local app."""
-    try:
-        from bytemodel.cli import app
-        if any(getattr(c, "name", None) == "readers" for c in app.registered_commands):
-            return app
-    except ImportError:
-        pass
-    app = typer.Typer(add_completion=False)
-
-    @app.callback()
-    def main():
-        """test app"""
-    cli_readers.register(app)
-    return app
+LAMBDA = ROOT / "datasets" / "lambda_virus.fa"
 
 
 @pytest.fixture
@@ -36,7 +19,6 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setenv("BYTEMODEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")
     runner = CliRunner()
-    app = make_app()
 
     def invoke(*args):
         return runner.invoke(app, list(args), catch_exceptions=False)
@@ -85,7 +67,7 @@ def test_data_get_not_installed_names_the_package(run, tmp_path, monkeypatch):
             {"kind": "debian", "package": "ghost-data", "files": [{"path": "/nonexistent/g.txt", "sha256": "0" * 64}]},
             {"kind": "url", "files": [{"url": (tmp_path / "nowhere.txt").as_uri(), "name": "g.txt",
                                        "sha256": "0" * 64}]}]}]}))
-    monkeypatch.setattr(datasets, "_DATA", data)
+    monkeypatch.setattr(datasets, "datasets_dir", lambda: data)
     r = run("data", "get", "ghost")
     assert r.exit_code == 2
     line = r.output.strip()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bytemodel import datasets
+from bytemodel import catalogue as datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 

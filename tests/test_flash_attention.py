@@ -1,4 +1,4 @@
-"""FlashAttention-2 forward/backward (bytemodel/gpu/flash_attn.cu) against the NumPy float64
+"""FlashAttention-2 forward/backward (gpu/flash_attn.cu) against the NumPy float64
 reference on fresh random inputs. Skipped without CuPy and a GPU.
 
 Inputs are fp16 (bf16) values; the reference runs in float64 on the same values. Tolerances

@@ -24,7 +24,7 @@ from bytemodel.readers import (Reader, detect, get_reader, list_readers, read_do
 from bytemodel.readers import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-LAMBDA = ROOT / "bytemodel" / "data" / "lambda_virus.fa"
+LAMBDA = ROOT / "datasets" / "lambda_virus.fa"
 LAMBDA_LEN = 48502  # Enterobacteria phage lambda, NC_001416.1, complete genome
 
 DEBIAN = {
@@ -641,7 +641,7 @@ def test_errors_are_bytemodel_errors():
 
 def test_optional_libraries_are_imported_lazily():
     """`import bytemodel.readers` works on machines without soundfile, Pillow or zstandard."""
-    code = ("import sys, bytemodel, bytemodel.readers, bytemodel.datasets; "
+    code = ("import sys, bytemodel, bytemodel.readers, bytemodel.catalogue; "
             "print(sorted(m for m in ('soundfile', 'PIL', 'zstandard') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -6,7 +6,7 @@ import pytest
 
 import bytemodel
 from bytemodel import checkpoint as ck
-from bytemodel.data import sample_batch
+from bytemodel.corpus import sample_batch
 from bytemodel.errors import CheckpointError, ConfigError, SourceError
 
 
@@ -121,12 +121,12 @@ def test_training_with_merges_counts_bytes_not_tokens(tmp_path, dna_file, fast_s
 
 
 def test_tokenizer_file_must_match_the_checkpoint(tmp_path, dna_file, fast_settings):
-    from bytemodel.bpe import save_tokenizer, train_tokenizer
+    from bytemodel.tokenizer import Tokenizer
     from bytemodel.errors import TokenizerError
     data = dna_file.read_bytes()
     tok_a, tok_b = tmp_path / "a.json", tmp_path / "b.json"
-    save_tokenizer(train_tokenizer(data, 30), tok_a)
-    save_tokenizer(train_tokenizer(data, 31), tok_b)
+    Tokenizer.train(data, 30).save(tok_a)
+    Tokenizer.train(data, 31).save(tok_b)
     r = bytemodel.train(dna_file, tmp_path / "run", steps=3, tokenizer=str(tok_a), **fast_settings)
     assert bytemodel.load(r.run_dir).tokenizer.n_merges == 30
     with pytest.raises(TokenizerError, match="does not match"):
@@ -141,7 +141,7 @@ def test_tokenizer_file_must_match_the_checkpoint(tmp_path, dna_file, fast_setti
 
 
 def test_corpus_from_pieces_equals_corpus_from_documents(tmp_path):
-    from bytemodel.data import build_corpus
+    from bytemodel.corpus import build_corpus
     from bytemodel.tokenizer import Tokenizer
     docs = [bytes(range(256)) * 3, b"second document", b"third" * 50]
     pieces = [(d[i:i + 100], i + 100 >= len(d)) for d in docs for i in range(0, len(d), 100)]

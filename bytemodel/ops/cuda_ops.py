@@ -1,5 +1,5 @@
 """The CUDA backend: the ops of numpy_ops.py on an NVIDIA GPU, with CuPy, cuBLAS and hand-written
-kernels (bytemodel/gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture).
+kernels (gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture).
 
 Same op names and signatures as the NumPy reference (the oracle); the model never branches on the
 device. This is the only module that imports CuPy.
@@ -37,7 +37,9 @@ try:  # CuPy >= 13 keeps the bindings here; older releases under cupy.cuda
 except ImportError:  # pragma: no cover
     from cupy.cuda import cublas as _cublas
 
-_GPU_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
+from ..resources import gpu_dir
+
+_GPU_DIR = str(gpu_dir())
 
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h); stable across CUDA 11-13
 _OP_N, _OP_T = 0, 1

@@ -24,8 +24,9 @@ from typing import Iterator
 
 import numpy as np
 
+from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import Reader, choice, need, write_atomic
+from .base import Reader, choice, need
 
 DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
 
@@ -152,4 +153,4 @@ class AudioReader(Reader):
         sf = need("soundfile", "soundfile", self.name)
         samples = self.decode(data)
         fmt = "FLAC" if Path(path).suffix.lower() == ".flac" else "WAV"
-        return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"))
+        return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"), error=SourceError)

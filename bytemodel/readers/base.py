@@ -163,23 +163,6 @@ def open_binary(path: str | os.PathLike):
         raise SourceError(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Any], None]) -> Path:
-    """Create parent folders, call ``write(binary_file)`` on a temp file, then rename into place."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, p)
-    except OSError as e:
-        raise SourceError(f"cannot write {p}: {e.strerror or e}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()  # a failed write leaves nothing behind
-    return p
-
-
 def need(module: str, package: str, reader: str):
     """Import an optional dependency lazily, or raise a one-line SourceError naming the package."""
     import importlib

@@ -26,8 +26,9 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import Reader, choice, write_atomic
+from .base import Reader, choice
 from .compressed import COMPRESSED_SUFFIXES, open_compressed_write, open_decompressed, pieces
 
 WIDTH = 60  # residues per line when writing: the NCBI convention
@@ -124,7 +125,7 @@ class FastaReader(Reader):
         def put(f):
             with open_compressed_write(path, f) as w:
                 w.write(text)
-        return write_atomic(path, put)
+        return write_atomic(path, put, error=SourceError)
 
     def write_records(self, records: list[bytes], path: str | os.PathLike) -> Path:
         """Write several sequences as one multi-FASTA file (headers HEADER 1, HEADER 2, ...)."""
@@ -139,4 +140,4 @@ class FastaReader(Reader):
         def put(f):
             with open_compressed_write(path, f) as w:
                 w.write(text)
-        return write_atomic(path, put)
+        return write_atomic(path, put, error=SourceError)

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import CHUNK, Reader, mark_last, open_binary, write_atomic
+from .base import CHUNK, Reader, mark_last, open_binary
 from .compressed import pieces
 
 
@@ -34,4 +35,4 @@ class RawReader(Reader):
             yield from mark_last(pieces(f, path, chunk_size))
 
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
-        return write_atomic(path, lambda f: f.write(data))
+        return write_atomic(path, lambda f: f.write(data), error=SourceError)

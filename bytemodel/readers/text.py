@@ -25,8 +25,9 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import CHUNK, Reader, mark_last, write_atomic
+from .base import CHUNK, Reader, mark_last
 from .compressed import COMPRESSED_SUFFIXES, open_compressed_write, open_decompressed, pieces
 
 _PLAIN = (".txt", ".text", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".ndjson",
@@ -151,4 +152,4 @@ class TextReader(Reader):
         def put(f):
             with open_compressed_write(path, f) as w:
                 w.write(text)
-        return write_atomic(path, put)
+        return write_atomic(path, put, error=SourceError)

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import io
 import os
-import struct
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
+from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import CHUNK, Reader, mark_last, need, open_binary, parse_bool, write_atomic
-from .compressed import pieces
-
-MAGIC = b"\x28\xb5\x2f\xfd"
-SKIPPABLE_LOW, SKIPPABLE_HIGH = 0x184D2A50, 0x184D2A5F
+from .base import CHUNK, Reader, mark_last, need, open_binary, parse_bool
+from .compressed import ZSTD as MAGIC, check_frames, pieces
 
 
 def _level(s) -> int:
@@ -37,70 +34,6 @@ def _level(s) -> int:
     if not 1 <= v <= 22:
         raise ValueError(f"zstd level must be 1..22, got {v}")
     return v
-
-
-def check_frames(f: BinaryIO, path: str | os.PathLike) -> int:
-    """Walk every frame's headers of a seekable zstd file; returns the number of data frames.
-
-    Raises SourceError for a file that is empty, does not start with a frame, ends inside a frame,
-    uses a reserved block type, or has bytes after its last frame. Leaves ``f`` at offset 0.
-    """
-    start = f.tell()
-    end = f.seek(0, io.SEEK_END)
-    pos = f.seek(start)
-    frames = 0
-
-    def need_bytes(n: int, what: str) -> bytes:
-        b = f.read(n)
-        if len(b) < n:
-            raise SourceError(f"truncated zstd stream {path}: file ends at byte {end} inside {what} "
-                              f"of frame {frames + 1}")
-        return b
-
-    if end == start:
-        raise SourceError(f"not a zstd stream: {path} is empty")
-    while pos < end:
-        if end - pos < 4:
-            raise SourceError(f"corrupt zstd stream {path}: {end - pos} stray bytes at offset {pos}")
-        (magic,) = struct.unpack("<I", f.read(4))
-        if SKIPPABLE_LOW <= magic <= SKIPPABLE_HIGH:
-            (size,) = struct.unpack("<I", need_bytes(4, "a skippable frame header"))
-            if f.tell() + size > end:
-                raise SourceError(f"truncated zstd stream {path}: skippable frame at offset {pos} "
-                                  f"runs past the end of the file")
-            pos = f.seek(size, io.SEEK_CUR)
-            continue
-        if magic != 0xFD2FB528:
-            where = "does not start with a zstd frame" if pos == start else f"has unexpected bytes at offset {pos}"
-            raise SourceError(f"corrupt zstd stream {path}: {where} (magic {magic:08x})")
-        (fhd,) = need_bytes(1, "the frame header")
-        if fhd & 0x08:
-            raise SourceError(f"corrupt zstd stream {path}: reserved bit set in frame header at offset {pos}")
-        single = bool(fhd & 0x20)
-        fcs_size = (1 if single else 0, 2, 4, 8)[fhd >> 6]
-        dict_size = (0, 1, 2, 4)[fhd & 0x03]
-        need_bytes((0 if single else 1) + dict_size + fcs_size, "the frame header")
-        while True:
-            (b0, b1, b2) = need_bytes(3, "a block header")
-            h = b0 | (b1 << 8) | (b2 << 16)
-            last, btype, bsize = h & 1, (h >> 1) & 3, h >> 3
-            if btype == 3:
-                raise SourceError(f"corrupt zstd stream {path}: reserved block type at offset {f.tell() - 3}")
-            content = 1 if btype == 1 else bsize
-            if f.tell() + content > end:
-                raise SourceError(f"truncated zstd stream {path}: file ends at byte {end} inside a block "
-                                  f"of frame {frames + 1}")
-            f.seek(content, io.SEEK_CUR)
-            if last:
-                break
-        if fhd & 0x04:
-            need_bytes(4, "the content checksum")
-        frames += 1
-        pos = f.tell()
-    f.seek(start)
-    if frames == 0:
-        raise SourceError(f"not a zstd stream: {path} holds only skippable frames")
-    return frames
 
 
 class ZstdReader(Reader):
@@ -132,8 +65,8 @@ class ZstdReader(Reader):
 
     def read(self, path: str | os.PathLike) -> Iterator[bytes]:
         if self.compressed:
-            from .raw import RawReader
-            yield from RawReader().read(path)
+            with open_binary(path) as f:   # the compressed bytes, as the raw reader reads them
+                yield b"".join(pieces(f, path))
             return
         buf = io.BytesIO()  # grows in place; getvalue() hands over its buffer without a copy
         with self._open(path) as r:
@@ -143,8 +76,8 @@ class ZstdReader(Reader):
 
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         if self.compressed:
-            return write_atomic(path, lambda f: f.write(data))
+            return write_atomic(path, lambda f: f.write(data), error=SourceError)
         zstandard = need("zstandard", "zstandard", self.name)
         level = self.options.get("level", 19)  # 19: the strongest non-"ultra" level; outputs are small
         blob = zstandard.ZstdCompressor(level=level, write_checksum=True).compress(bytes(data))
-        return write_atomic(path, lambda f: f.write(blob))
+        return write_atomic(path, lambda f: f.write(blob), error=SourceError)

@@ -1,5 +1,9 @@
 """The `bytemodel` command: a thin layer over the Python API.
 
+This module holds the commands that train and use a model (train, generate, score, gradcheck,
+info); readers.py, data.py and tokenizer.py beside it add theirs; errors.py turns user errors
+into one line. `python -m bytemodel.cli` runs the same app (__main__.py).
+
 User errors (BytemodelError) print as one line on stderr and exit with status 2; a failed check
 exits 1; an interrupted run exits 130 after saving.
 """
@@ -11,9 +15,10 @@ from typing import Optional
 
 import typer
 
-from .cli_errors import user_errors
-from .errors import ConfigError
-from .training import TrainConfig as D  # the training defaults, written once (in TrainConfig)
+from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
+from ..errors import ConfigError
+from . import data as data_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
+from .errors import user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
@@ -57,7 +62,7 @@ def train(
 
     Example: bytemodel train --source genome.fa --steps 1000
     """
-    from . import train as api_train
+    from .. import train as api_train
     with user_errors():
         if not resume and not source:
             raise ConfigError("give --source PATH (a file or directory), or --resume --out RUN_DIR")
@@ -77,7 +82,7 @@ def train(
         if res.interrupted:
             raise typer.Exit(130)
         if baseline and not resume:
-            from .baselines import source_baselines
+            from ..baselines import source_baselines
             b = source_baselines(source, reader or None, val_fraction)
             f = lambda v: "n/a (zstandard missing)" if v != v else f"{v:.4f}"  # noqa: E731 (nan)
             typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {f(b['zstd19_tail'])} | "
@@ -125,7 +130,7 @@ def generate(
     size, reaches the writer).
     Example: bytemodel generate --bytes 4096 --out sample.fa
     """
-    from . import load
+    from .. import load
     with user_errors():
         if n_bytes < 0:
             raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
@@ -149,7 +154,7 @@ def generate(
 
 def _decode_prompt(path: Path, run_reader: str) -> bytes:
     """The first document of a file, decoded by the run's reader (or the one its extension picks)."""
-    from .readers import read_documents
+    from ..readers import read_documents
     for doc in read_documents(path, run_reader or None):
         return doc
     raise ConfigError(f"{path} holds no data to prompt with")
@@ -158,7 +163,7 @@ def _decode_prompt(path: Path, run_reader: str) -> bytes:
 def _write(data: bytes, out: Path, fmt: str, run_reader: str) -> None:
     """Write through the readers' writers: --format, else the extension's reader (with the run's
     options when the run used that same reader), else the run's reader, else raw."""
-    from .readers import output_reader, write_output
+    from ..readers import output_reader, write_output
     if not fmt:
         by_ext = output_reader(out)
         base = run_reader.split(":", 1)[0]
@@ -180,8 +185,8 @@ def score(
     trained), each document scored from its start; --raw scores the bytes as they are.
     Example: bytemodel score held_out.fa
     """
-    from . import load
-    from .readers import read_documents
+    from .. import load
+    from ..readers import read_documents
     with user_errors():
         lm = load(checkpoint, device=device)
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
@@ -208,7 +213,7 @@ def gradcheck(
     Prints max relative error per tensor; exits 1 if any is above the bound.
     Example: bytemodel gradcheck --per-tensor 20
     """
-    from .gradcheck import BOUND, check_model, tiny_config
+    from ..gradcheck import BOUND, check_model, tiny_config
     with user_errors():
         if per_tensor <= 0:
             raise ConfigError(f"per-tensor must be positive, got {per_tensor}")
@@ -227,29 +232,23 @@ def gradcheck(
 @app.command()
 def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory (default: latest).")):
     """Describe a checkpoint: model, tokenizer, training state."""
-    from . import checkpoint as ck, latest_run
-    from .model import n_params
+    from .. import checkpoint as ck, latest_run
+    from ..model import n_params
     with user_errors():
         ld = ck.load(checkpoint or latest_run())
         c, t = ld.cfg, ld.train
         typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "
                    f"ffn {c.d_ff}, context {c.context}, vocab {c.vocab_size}, {n_params(c):,} parameters")
-        typer.echo(f"tokenizer: {ld.tokenizer.to_dict()['type']}, {ld.tokenizer.n_merges} merges")
+        typer.echo(f"tokenizer: {ld.tokenizer.kind}, {ld.tokenizer.n_merges} merges")
         if t:
             typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')}, "
                        f"validation {t.get('val_bpb')} bits/byte")
 
 
-def _register_extensions() -> None:
-    """Sub-commands that live beside their own modules (readers, data, tokenizer)."""
-    import importlib
-    import importlib.util
-    for mod in ("cli_readers", "cli_tokenizer"):
-        if importlib.util.find_spec(f"{__package__}.{mod}") is not None:
-            importlib.import_module(f"{__package__}.{mod}").register(app)
-
-
-_register_extensions()
+# sub-commands that live in their own modules beside this one
+readers_cmd.register(app)
+data_cmd.register(app)
+tokenizer_cmd.register(app)
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """CLI commands for byte-pair tokenizers: `bytemodel tokenizer train|stats|encode|decode`.
 
-``register(app)`` adds the `tokenizer` sub-command group to the main typer app (bytemodel/cli.py
+``register(app)`` adds the `tokenizer` sub-command group to the main typer app (bytemodel/cli/__init__.py
 calls it). User errors (BytemodelError) print as one line on stderr with exit status 2.
 
-Files: tok.json (see bytemodel.bpe); ids files are raw uint16 little-endian, one id per 2 bytes.
+Files: tok.json (see bytemodel.tokenizer); ids files are raw uint16 little-endian, one id per 2 bytes.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Optional
 import numpy as np
 import typer
 
-from .cli_errors import user_errors
-from .errors import TokenizerError
+from ..errors import TokenizerError
+from .errors import user_errors
 
 tokenizer_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                             help="Byte-pair merges on top of bytes: train, stats, encode, decode.")
@@ -40,14 +40,14 @@ def train_cmd(
 
     Example: bytemodel tokenizer train --source corpus.txt --merges 4096 --out tok.json
     """
-    from .bpe import save_tokenizer, train_tokenizer
-    from .readers import read_documents
+    from ..readers import read_documents
+    from ..tokenizer import Tokenizer
     with user_errors():
         t0 = time.perf_counter()
         docs = read_documents(source, reader or None)
-        tok = train_tokenizer(docs, merges, pre_split=pre_split,
+        tok = Tokenizer.train(docs, merges, pre_split=pre_split,
                               max_sample_bytes=int(max_sample_mb * (1 << 20)), seed=seed)
-        save_tokenizer(tok, out)
+        tok.save(out)
         typer.echo(f"{out}: {tok.n_merges} merges, vocabulary {tok.vocab_size} "
                    f"({time.perf_counter() - t0:.1f} s)")
 
@@ -63,21 +63,21 @@ def stats_cmd(
 
     Example: bytemodel tokenizer stats --tokenizer tok.json corpus.txt
     """
-    from .bpe import encode, load_tokenizer
-    from .readers import read_documents
+    from ..readers import read_documents
+    from ..tokenizer import Tokenizer
     with user_errors():
-        tok = load_tokenizer(tokenizer)
+        tok = Tokenizer.load(tokenizer)
         n_bytes = n_tok = 0
         use = np.zeros(tok.vocab_size, dtype=np.int64)
         t0 = time.perf_counter()
         for doc in read_documents(file, reader or None):
-            ids = encode(tok, doc)
+            ids = tok.encode(doc)
             n_bytes += len(doc)
             n_tok += len(ids)
             use += np.bincount(ids, minlength=tok.vocab_size)
         dt = time.perf_counter() - t0
         typer.echo(f"tokenizer: {tokenizer} ({tok.n_merges} merges, vocabulary {tok.vocab_size}, "
-                   f"pre-split {getattr(tok, 'pre_split', None) or 'none'})")
+                   f"pre-split {tok.pre_split or 'none'})")
         bpt = n_bytes / n_tok if n_tok else 0.0
         typer.echo(f"{file}: {n_bytes:,} bytes -> {n_tok:,} tokens, {bpt:.3f} bytes/token "
                    f"({n_bytes / max(dt, 1e-9) / 1e6:.1f} MB/s)")
@@ -102,15 +102,16 @@ def encode_cmd(
 
     Example: bytemodel tokenizer encode --tokenizer tok.json corpus.txt --out corpus.ids
     """
-    from .bpe import _table, encode_file, load_tokenizer
+    from ..atomic import write_atomic
+    from ..tokenizer import Tokenizer
     with user_errors():
-        tok = load_tokenizer(tokenizer)
+        tok = Tokenizer.load(tokenizer)
         if not file.is_file():
             raise TokenizerError(f"not a file: {file}")
         t0 = time.perf_counter()
-        tmp = out.with_name(out.name + ".tmp")
-        n_in, n_out = encode_file(file, tmp, _table(tok), getattr(tok, "pre_split", None))
-        tmp.replace(out)
+        counts = []
+        write_atomic(out, lambda f: counts.append(tok.encode_file(file, f)), error=TokenizerError)
+        n_in, n_out = counts[0]
         dt = time.perf_counter() - t0
         typer.echo(f"{out}: {n_in:,} bytes -> {n_out:,} ids ({n_in / max(n_out, 1):.3f} bytes/token, "
                    f"{n_in / max(dt, 1e-9) / 1e6:.1f} MB/s)")
@@ -126,23 +127,26 @@ def decode_cmd(
 
     Example: bytemodel tokenizer decode --tokenizer tok.json corpus.ids --out corpus.txt
     """
-    from .bpe import decode_ids, load_tokenizer
+    from ..atomic import write_atomic
+    from ..tokenizer import Tokenizer
     with user_errors():
-        tok = load_tokenizer(tokenizer)
+        tok = Tokenizer.load(tokenizer)
         size = file.stat().st_size
         if size % 2:
             raise TokenizerError(f"{file} has an odd number of bytes ({size}); not a uint16 ids file")
-        tmp = out.with_name(out.name + ".tmp")
         n = 0
-        with open(file, "rb") as fin, open(tmp, "wb") as fout:
-            while True:
-                chunk = fin.read(1 << 22)
-                if not chunk:
-                    break
-                ids = np.frombuffer(chunk, dtype="<u2")
-                fout.write(decode_ids(ids, tok))
-                n += len(ids)
-        tmp.replace(out)
+
+        def write(fout):
+            nonlocal n
+            with open(file, "rb") as fin:
+                while True:
+                    chunk = fin.read(1 << 22)
+                    if not chunk:
+                        break
+                    ids = np.frombuffer(chunk, dtype="<u2")
+                    fout.write(tok.decode(ids))
+                    n += len(ids)
+        write_atomic(out, write, error=TokenizerError)
         typer.echo(f"{out}: {n:,} ids -> {out.stat().st_size:,} bytes")
 
 

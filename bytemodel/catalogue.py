@@ -1,9 +1,10 @@
 """Named real datasets: where each comes from, and fetching it offline-first with checksums.
 
-The catalogue (bytemodel/data/catalogue.json) lists for each dataset its data type, the reader that
+The catalogue (datasets/catalogue.json at the top of the repository, bytemodel/datasets/ when
+installed) lists for each dataset its data type, the reader that
 suits it, its licence, and its sources in the order they are tried:
 
-- ``shipped``: a file inside this package (bytemodel/data/); public-domain samples only.
+- ``shipped``: a file shipped beside the catalogue (datasets/); public-domain samples only.
 - ``debian``:  files of an installed Debian package, each with its SHA-256; or the files matching
                ``glob`` under ``base`` (symlinks skipped) with a ``count`` and a ``tree_sha256``
                (SHA-256 of the sorted lines "<path relative to base> <sha256 of the file>\\n").
@@ -33,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BytemodelError
+from .resources import datasets_dir
 
 CATALOGUE = "catalogue.json"
 MARKER = ".bytemodel-dataset.json"  # written last into a dataset folder: it is complete
 DOWNLOAD_TIMEOUT_S = 60             # per network read; a stalled server fails instead of hanging
-_DATA = Path(__file__).resolve().parent / "data"
 
 
 class DatasetError(BytemodelError):
@@ -69,7 +70,7 @@ def cache_root() -> Path:
 
 def load_catalogue(path: str | os.PathLike | None = None) -> dict[str, Dataset]:
     """name -> Dataset, in catalogue order."""
-    p = Path(path) if path else _DATA / CATALOGUE
+    p = Path(path) if path else datasets_dir() / CATALOGUE
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
         out = {}
@@ -184,7 +185,7 @@ def _from_derived(source: dict, work: Path, download: bool, catalogue: dict[str,
 def _resolve(ds: Dataset, source: dict, work: Path, download: bool, catalogue) -> dict[str, Path]:
     kind = source.get("kind")
     if kind == "shipped":
-        return _from_files(source, base=_DATA)
+        return _from_files(source, base=datasets_dir())
     if kind in ("debian", "local"):
         return _from_glob(source) if "glob" in source else _from_files(source)
     if kind == "url":

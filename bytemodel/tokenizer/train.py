@@ -6,7 +6,7 @@ Algorithm (the classic incremental one, vectorised per merge):
 2. Count every adjacent pair once (np.bincount over uint16 codes a << 8 | b) and index the
    positions of each pair (one radix argsort).
 3. Repeat M times: pop the best pair from a heap, merge all of its occurrences with NumPy
-   (bytemodel.bpe_seq.LinkedSeq.find / apply), subtract the windows the merge destroyed from
+   (bytemodel.tokenizer.seq.LinkedSeq.find / apply), subtract the windows the merge destroyed from
    their pairs' counts (one ufunc.at over per-position count slots) and count the new windows
    (np.bincount over the neighbours' ids). Python work per merge is per new pair, not per byte.
 
@@ -21,44 +21,18 @@ alphabet in byte order.)
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter
 from typing import Iterable
 
 import numpy as np
 
-from .bpe_seq import DEAD, SHIFT, LinkedSeq
-from .errors import TokenizerError
-from .tokenizer import MAX_VOCAB, SPECIALS
-
-# Our own text pre-split (bytes regex, ASCII classes; bytes >= 0x80 count as letters so UTF-8
-# words stay whole): contractions, an optional space + letters, an optional space + up to 3
-# digits, an optional space + other symbols, whitespace runs (the last space of a run before a
-# word goes with the word). Every byte falls in some class, so the pieces concatenate back to
-# the input exactly.
-TEXT_PATTERN = (
-    rb"'(?:[sdmt]|ll|ve|re)"
-    rb"| ?[A-Za-z\x80-\xff]+"
-    rb"| ?[0-9]{1,3}"
-    rb"| ?[^\sA-Za-z0-9\x80-\xff]+"
-    rb"|\s+(?!\S)"
-    rb"|\s+"
-)
-PRE_SPLITS = {"text": re.compile(TEXT_PATTERN)}
+from ..errors import TokenizerError
+from .pretok import PRE_SPLITS, pre_split_pieces
+from .seq import DEAD, SHIFT, LinkedSeq
+from .vocab import MAX_VOCAB, SPECIALS
 
 DEFAULT_MAX_SAMPLE_BYTES = 16 << 20  # 16 MiB: ~1 GB peak while training (~60 bytes per sample byte)
 SAMPLE_BLOCK = 1 << 16  # sampling unit: 64 KiB slices of big documents, or packs of small ones
-
-
-def pre_split_pieces(data: bytes, pre_split: str | None) -> list[bytes]:
-    """Split data into pieces with the named pattern; None -> [data]. Pieces join back to data."""
-    if pre_split is None:
-        return [data]
-    try:
-        pat = PRE_SPLITS[pre_split]
-    except KeyError:
-        raise TokenizerError(f"unknown pre-split {pre_split!r}; known: {', '.join(PRE_SPLITS)}") from None
-    return pat.findall(data)
 
 
 def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:

@@ -4,7 +4,7 @@ Encoding applies merge 0 to every occurrence (leftmost first, no overlap), then 
 on; pairs made by merge i have ranks > i, so this equals GPT-2-style "always merge the
 lowest-ranked pair present". It never loops over bytes in Python: the positions of each pair
 are indexed once (radix argsort), and each merge that occurs is applied with NumPy
-(bytemodel.bpe_seq.LinkedSeq.find / apply). A heap of the ranks present skips merges that never
+(bytemodel.tokenizer.seq.LinkedSeq.find / apply). A heap of the ranks present skips merges that never
 occur.
 
 Big inputs (encode_chunks / encode_file) are cut into chunks at "safe" byte boundaries: between
@@ -23,9 +23,9 @@ from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 
-from .bpe_seq import DEAD, SHIFT, LinkedSeq
-from .bpe_train import PRE_SPLITS, pre_split_pieces
-from .errors import TokenizerError
+from ..errors import TokenizerError
+from .pretok import PRE_SPLITS, pre_split_pieces
+from .seq import DEAD, SHIFT, LinkedSeq
 
 
 NONE = 0xFFFF  # "no rank" in uint16 rank arrays; ranks are < 65535 - 256
@@ -235,26 +235,25 @@ def _gather_ranges(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     return src[idx]
 
 
-def decode_ids(ids: np.ndarray, tokenizer) -> bytes:
-    """ids -> bytes with NumPy (same result as Tokenizer.decode; special ids give no bytes)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if len(ids) and (ids.min() < 0 or ids.max() >= tokenizer.vocab_size):
-        bad = int(ids[(ids < 0) | (ids >= tokenizer.vocab_size)][0])
-        raise TokenizerError(f"id {bad} is outside the vocabulary of {tokenizer.vocab_size} ids")
-    flat, off, lens = _flat_vocab(tokenizer)
-    return _gather_ranges(flat, off[ids], lens[ids]).tobytes()
+class FlatVocab:
+    """Every id's bytes in one array, for vectorised decoding (special ids give no bytes).
 
+    flat uint8[total] all token bytes; off int64[V] offsets; lens int64[V] lengths.
+    """
 
-def _flat_vocab(tokenizer):
-    """(uint8[total] all token bytes, int64[V] offsets, int64[V] lengths), cached on the tokenizer."""
-    cache = getattr(tokenizer, "_bpe_flat_vocab", None)
-    if cache is None:
-        flat = np.frombuffer(b"".join(tokenizer.vocab), dtype=np.uint8)
-        lens = np.asarray(tokenizer.token_lengths, dtype=np.int64)
-        off = np.cumsum(lens) - lens
-        cache = (flat, off, lens)
-        tokenizer._bpe_flat_vocab = cache
-    return cache
+    def __init__(self, vocab: list[bytes]):
+        self.flat = np.frombuffer(b"".join(vocab), dtype=np.uint8)
+        self.lens = np.fromiter((len(v) for v in vocab), dtype=np.int64, count=len(vocab))
+        self.off = np.cumsum(self.lens) - self.lens
+
+    def decode(self, ids) -> bytes:
+        """ids -> bytes; an id outside the vocabulary is a TokenizerError."""
+        ids = np.asarray(ids, dtype=np.int64)
+        V = len(self.lens)
+        if len(ids) and (ids.min() < 0 or ids.max() >= V):
+            bad = int(ids[(ids < 0) | (ids >= V)][0])
+            raise TokenizerError(f"id {bad} is outside the vocabulary of {V} ids")
+        return _gather_ranges(self.flat, self.off[ids], self.lens[ids]).tobytes()
 
 
 def _find_cut(buf: bytes, table: MergeTable, pre_split: str | None, lo: int) -> int:
@@ -326,4 +325,4 @@ def encode_file(src: str | BinaryIO, dst: str | BinaryIO, merges, pre_split: str
     return n_in, n_out
 
 
-__all__ = ["MergeTable", "apply_merges", "encode_bytes", "encode_chunks", "encode_file", "decode_ids"]
+__all__ = ["MergeTable", "FlatVocab", "apply_merges", "encode_bytes", "encode_chunks", "encode_file"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_atomic
 from .errors import SourceError
 from .tokenizer import Tokenizer
 
@@ -53,29 +54,28 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
     if pieces is None:
         pieces = ((doc, True) for doc in documents)
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / TOKENS_FILE
-    tmp = path.with_suffix(".tmp")
     h = hashlib.sha256()
     n_tok = n_bytes = n_docs = 0
+    n_val = 0
     sep = np.array([tokenizer.doc_id], dtype="<u2").tobytes()
-    try:
-        with open(tmp, "wb") as f:
-            open_doc = False  # a document has bytes written and no separator yet
-            for piece, last in pieces:
-                if piece:
-                    ids = tokenizer.encode(piece).astype("<u2", copy=False).tobytes()
-                    f.write(ids)
-                    h.update(ids)
-                    n_tok += len(ids) // 2
-                    n_bytes += len(piece)
-                    open_doc = True
-                if last and open_doc:
-                    f.write(sep)
-                    h.update(sep)
-                    n_tok += 1
-                    n_docs += 1
-                    open_doc = False
+
+    def write(f):
+        nonlocal n_tok, n_bytes, n_docs, n_val
+        open_doc = False  # a document has bytes written and no separator yet
+        for piece, last in pieces:
+            if piece:
+                ids = tokenizer.encode(piece).astype("<u2", copy=False).tobytes()
+                f.write(ids)
+                h.update(ids)
+                n_tok += len(ids) // 2
+                n_bytes += len(piece)
+                open_doc = True
+            if last and open_doc:
+                f.write(sep)
+                h.update(sep)
+                n_tok += 1
+                n_docs += 1
+                open_doc = False
         if n_bytes == 0:
             raise SourceError("the source holds no data (empty file or files)")
         need = 2 * (context + 1)
@@ -84,12 +84,10 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
             raise SourceError(f"too little data: {n_bytes} bytes give {n_tok} tokens, but one training and one "
                               f"validation window of context {context} need at least {max(need, n_val + context + 1)}"
                               f" (try a smaller --context)")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    write_atomic(run_dir / TOKENS_FILE, write, error=SourceError)   # a failure leaves no partial file
     info = dict(n_tokens=n_tok, split=n_tok - n_val, n_bytes=n_bytes, n_docs=n_docs, sha256=h.hexdigest())
-    (run_dir / CORPUS_FILE).write_text(json.dumps(info))
+    write_atomic(run_dir / CORPUS_FILE, json.dumps(info).encode(), error=SourceError)
     return open_corpus(run_dir)
 
 

@@ -5,7 +5,7 @@ import contextlib
 
 import typer
 
-from .errors import BytemodelError
+from ..errors import BytemodelError
 
 
 @contextlib.contextmanager

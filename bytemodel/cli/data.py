@@ -1,7 +1,7 @@
-"""CLI commands for readers and datasets: `bytemodel readers`, `bytemodel data list|get`.
+"""CLI commands for the dataset catalogue: `bytemodel data list|get`.
 
-``register(app)`` adds them to the main typer app (bytemodel/cli.py calls it). User errors
-(BytemodelError) print as one line on stderr with exit status 2, like every bytemodel command.
+``register(app)`` adds the `data` group to the main typer app (bytemodel/cli/__init__.py calls it).
+User errors (BytemodelError) print as one line on stderr with exit status 2, like every command.
 """
 from __future__ import annotations
 
@@ -10,35 +10,8 @@ from typing import Optional
 
 import typer
 
-from .cli_errors import user_errors
-
-
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    t = Table(title=title, title_justify="left", show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*r)
-    Console(width=max(100, Console().width)).print(t)
-
-
-def readers() -> None:
-    """List the readers: name, the extensions it claims, its options and what it does.
-
-    Pick one with --reader NAME or NAME:option=value,flag (e.g. image:size=64x64,gray).
-
-    Example: bytemodel readers
-    """
-    from .readers import list_readers
-    with user_errors():
-        rows = []
-        for cls in list_readers():
-            exts = " ".join(e for e in cls.extensions if e.count(".") == 1) or "(fallback)"
-            rows.append([cls.name, exts, " ".join(sorted(cls.OPTIONS)) or "-", cls.description])
-        _table("readers", ["name", "extensions", "options", "description"], rows)
-
+from .errors import user_errors
+from .readers import table
 
 data_app = typer.Typer(no_args_is_help=True, add_completion=False,
                        help="Named real datasets: list them, fetch one (offline-first, checksummed).")
@@ -50,11 +23,11 @@ def data_list() -> None:
 
     Example: bytemodel data list
     """
-    from .datasets import availability, describe_source, load_catalogue
+    from ..catalogue import availability, describe_source, load_catalogue
     with user_errors():
         rows = [[d.name, d.type, d.reader, d.size, ", ".join(describe_source(s) for s in d.sources),
                  availability(d), d.licence] for d in load_catalogue().values()]
-        _table("datasets", ["name", "type", "reader", "size", "sources", "here", "licence"], rows)
+        table("datasets", ["name", "type", "reader", "size", "sources", "here", "licence"], rows)
 
 
 @data_app.command("get")
@@ -68,7 +41,7 @@ def data_get(
 
     Example: bytemodel train --source "$(bytemodel data get lambda-phage)" --reader fasta
     """
-    from .datasets import get, get_dataset
+    from ..catalogue import get, get_dataset
     with user_errors():
         path = get(name, dest=dest, download=download)
         ds = get_dataset(name)
@@ -77,6 +50,5 @@ def data_get(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `readers` and `data` to the main CLI."""
-    app.command("readers")(readers)
+    """Add `data` to the main CLI."""
     app.add_typer(data_app, name="data")

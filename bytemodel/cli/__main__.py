@@ -1,0 +1,4 @@
+"""`python -m bytemodel.cli`: the same command as `bytemodel`."""
+from . import main
+
+main()
