@@ -1,7 +1,7 @@
 """The `bytemodel` command: a thin layer over the Python API.
 
 This module holds the commands that train and use a model (train, generate, score, gradcheck,
-info); readers.py, data.py and tokenizer.py beside it add theirs; errors.py turns user errors
+info); readers.py, data.py, tokenizer.py and hf.py beside it add theirs; errors.py turns user errors
 into one line. `python -m bytemodel.cli` runs the same app (__main__.py).
 
 User errors (BytemodelError) print as one line on stderr and exit with status 2; a failed check
@@ -17,7 +17,7 @@ import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError
-from . import data as data_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
+from . import data as data_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -249,6 +249,7 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
 readers_cmd.register(app)
 data_cmd.register(app)
 tokenizer_cmd.register(app)
+hf_cmd.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,57 @@
+"""CLI commands for the Hugging Face format: `bytemodel export` and `bytemodel import-hf`.
+
+``register(app)`` adds them to the main typer app (bytemodel/cli/__init__.py calls it). User
+errors print as
+one line on stderr with exit status 2.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .errors import user_errors
+
+
+def export(
+    run: Path = typer.Argument(..., help="Run directory or checkpoint file to export."),
+    out_dir: Path = typer.Argument(..., help="Directory to write (created; must be empty unless --force)."),
+    fmt: str = typer.Option("hf", "--format", "-f", help="hf: a Hugging Face transformers Llama directory."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR if it is not empty."),
+) -> None:
+    """Export a checkpoint for other tools: config.json, model.safetensors, tokenizer, README.md.
+
+    The result loads with transformers' AutoModelForCausalLM / AutoTokenizer (see its README.md).
+    Example: bytemodel export runs/genome-1 --format hf hf-genome
+    """
+    from ..hf import export_hf
+    with user_errors():
+        res = export_hf(run, out_dir, force=force, fmt=fmt)
+        if res.dropped:
+            typer.echo(f"note: not exported (no place in a Llama model): {', '.join(res.dropped)}", err=True)
+        typer.echo(f"wrote {res.out_dir}: {', '.join(res.files)}")
+
+
+def import_hf(
+    hf_dir: Path = typer.Argument(..., help="Hugging Face model directory (config.json + safetensors)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory to write checkpoint.safetensors into."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing checkpoint in --out."),
+) -> None:
+    """Turn a Hugging Face Llama directory (e.g. from `bytemodel export`) into a bytemodel checkpoint.
+
+    Example: bytemodel import-hf hf-genome --out runs/genome-back
+    """
+    from ..hf import import_hf as _import
+    from ..model import n_params
+    with user_errors():
+        res = _import(hf_dir, out, force=force)
+        if res.note:
+            typer.echo(f"note: {res.note}", err=True)
+        c = res.cfg
+        typer.echo(f"wrote {res.checkpoint}: {c.n_layers} layers, width {c.d_model}, vocab {c.vocab_size} "
+                   f"({res.tokenizer.n_merges} merges), {n_params(c):,} parameters")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)
+    app.command("import-hf")(import_hf)
