@@ -86,8 +86,7 @@ def export_hf(run, out_dir, force: bool = False, fmt: str = "hf") -> ExportResul
 def generation_config(cfg, tok) -> dict:
     """Sampling defaults as ours (temperature 1, no top-k / top-p), stopping at a document end."""
     g = {"bos_token_id": tok.doc_id, "eos_token_id": tok.doc_id, "pad_token_id": tok.doc_id,
-         "do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-         "max_length": cfg.context}  # the window the model was trained on; see the README
+         "do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     if cfg.vocab_size > tok.vocab_size:  # ids the tokenizer does not have are never sampled here
         g["suppress_tokens"] = list(range(tok.vocab_size, cfg.vocab_size))
     return g

@@ -40,8 +40,8 @@ tokens, {n_params(cfg):,} parameters, float32 weights.
 from transformers import AutoModelForCausalLM, AutoTokenizer
 tok = AutoTokenizer.from_pretrained("THIS_DIR")
 model = AutoModelForCausalLM.from_pretrained("THIS_DIR")
-ids = tok("Once upon a time", return_tensors="pt").input_ids   # starts with <doc>
-out = model.generate(ids, max_new_tokens=100, do_sample=True)
+inputs = tok("Once upon a time", return_tensors="pt")   # input_ids start with <doc>
+out = model.generate(**inputs, max_new_tokens=100, do_sample=True)
 print(tok.decode(out[0], skip_special_tokens=True))
 ```
 
@@ -77,8 +77,8 @@ def ids_to_bytes(ids) -> bytes:
 
 ## Generation beyond the context
 
-The model was trained on windows of {cfg.context} tokens (`max_position_embeddings`, and
-`max_length` in generation_config.json). Within that, greedy generation here gives the same bytes as
+The model was trained on windows of {cfg.context} tokens (`max_position_embeddings` in
+config.json). Within that, greedy generation here gives the same bytes as
 `bytemodel generate --temperature 0`. Past it the two differ: transformers keeps one growing cache
 and gives positions {cfg.context}, {cfg.context + 1}, ... rotary angles the model never saw in
 training, while bytemodel's generator, when its window is full, re-reads the last {cfg.context // 2}
