@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 from bytemodel import checkpoint as ck
-from bytemodel.bpe import train_tokenizer
 from bytemodel.cli import app
 from bytemodel.config import ModelConfig
 from bytemodel.errors import CheckpointError, ConfigError, TokenizerError
@@ -45,7 +44,7 @@ def sample_text(rng, n_words: int) -> str:
 @functools.lru_cache(maxsize=None)
 def _merges(kind: str):
     data = sample_text(np.random.default_rng(1), 3000).encode()
-    tok = train_tokenizer([data], 60, pre_split="text" if kind == "text" else None)
+    tok = Tokenizer.train([data], 60, pre_split="text" if kind == "text" else None)
     return tuple(tok.merges), tok.pre_split
 
 
@@ -53,9 +52,7 @@ def make_tokenizer(kind: str):
     if kind == "bytes":
         return Tokenizer()
     merges, pre_split = _merges(kind)
-    tok = Tokenizer(list(merges))
-    tok.pre_split = pre_split
-    return tok
+    return Tokenizer(list(merges), pre_split)
 
 
 def make_run(root, case: str, tok_kind: str | None = None, seed: int = 0):
