@@ -54,12 +54,13 @@ class LanguageModel:
 
     def generate(self, n_bytes: int = 4096, prompt: bytes | str = b"", temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_at_doc_end: bool = False,
-                 on_bytes=None) -> bytes:
+                 on_bytes=None, speculative: bool = False, stats=None) -> bytes:
+        """speculative: draft with the multi-token heads, verify in blocks (same distribution)."""
         from .generate import generate
         if isinstance(prompt, str):
             prompt = prompt.encode("utf-8")
         return generate(self.model, self.tokenizer, n_bytes, prompt, temperature, top_k, top_p, seed,
-                        stop_at_doc_end, on_bytes)
+                        stop_at_doc_end, on_bytes, speculative, stats)
 
     def score(self, data: bytes) -> dict:
         """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document."""

@@ -25,6 +25,10 @@ class ModelConfig:
     norm_eps: float = 1e-5       # RMSNorm epsilon
     tie_embeddings: bool = False  # LM head = embedding^T when True
     init_std: float = 0.02       # normal init; output projections get / sqrt(2 L) (GPT-2)
+    mtp: int = 1                 # tokens predicted per position: 1 = the LM head only; K > 1 adds
+                                 # K-1 multi-token heads (bytemodel/mtp.py) for t+2..t+K
+    mtp_design: str = "independent"  # "independent" (each head reads the trunk) or "sequential"
+    mtp_weight: float = 0.3      # the heads' auxiliary loss weight (mean over heads)
 
     def __post_init__(self):
         if self.n_kv_heads == 0:
@@ -46,6 +50,12 @@ class ModelConfig:
             raise ConfigError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {self.n_kv_heads}")
         if self.head_dim % 2:
             raise ConfigError(f"head dim {self.head_dim} must be even for RoPE")
+        if not isinstance(self.mtp, int) or isinstance(self.mtp, bool) or not 1 <= self.mtp <= 16:
+            raise ConfigError(f"mtp must be an integer in 1..16, got {self.mtp!r}")
+        if self.mtp_design not in ("independent", "sequential"):
+            raise ConfigError(f"mtp_design must be 'independent' or 'sequential', got {self.mtp_design!r}")
+        if not (isinstance(self.mtp_weight, (int, float)) and 0 <= self.mtp_weight < float("inf")):
+            raise ConfigError(f"mtp_weight must be a finite number >= 0, got {self.mtp_weight!r}")
         if not (self.rope_theta > 0 and self.norm_eps > 0 and self.init_std > 0):
             raise ConfigError("rope_theta, norm_eps and init_std must be positive")
 

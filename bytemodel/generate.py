@@ -13,8 +13,10 @@ import math
 import numpy as np
 
 from .errors import ConfigError
+from .sampling import sample_next, sampling_probs  # noqa: F401  (part of this module's API)
 from .model import Model
 from .ops import numpy_ops
+from .speculative import speculative_ids
 from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
@@ -29,45 +31,15 @@ def _check_sampling(temperature, top_k, top_p):
         raise ConfigError(f"top-p must be in (0, 1], got {top_p}")
 
 
-def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0) -> int:
-    """logits (V,) float64 over the real vocabulary -> one id."""
-    if temperature == 0:
-        return int(np.argmax(logits))
-    z = logits / temperature
-    if 0 < top_k < z.size:
-        kth = np.partition(z, -top_k)[-top_k]
-        z = np.where(z >= kth, z, -np.inf)
-    z = z - z.max()
-    p = np.exp(z)
-    p /= p.sum()
-    if top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
-        c = np.cumsum(p[order])
-        keep = order[: int(np.searchsorted(c, top_p) + 1)]
-        q = np.zeros_like(p)
-        q[keep] = p[keep]
-        p = q / q.sum()
-    return int(rng.choice(p.size, p=p))
+def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
+              top_p=1.0, vocab: int | None = None):
+    """Yields ids sampled after `history` one at a time: one cached forward per token.
 
-
-def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b"", temperature: float = 1.0,
-             top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_at_doc_end: bool = False,
-             on_bytes=None) -> bytes:
-    """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes.
-
-    The prompt is not included in the output. An empty prompt starts a new document.
-    on_bytes(chunk) is called with each produced chunk (for streaming output).
-    """
-    if n_bytes < 0:
-        raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
-    _check_sampling(temperature, top_k, top_p)
-    ops, cfg = model.ops, model.cfg
-    V = tokenizer.vocab_size
-    rng = np.random.default_rng(seed)
-    history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
-    T = cfg.context
-    out = bytearray()
+    When the cache is full, the recent half of the history is re-read into a fresh cache."""
+    ops, T = model.ops, model.cfg.context
+    V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
+    history = list(history)
 
     def prefill(ids):
         cache = model.new_cache(1, T)
@@ -75,24 +47,49 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         return cache, len(ids), ops.to_numpy(logits[0, -1, :V]).astype(np.float64)
 
     cache, pos, logits = prefill(history[-(T // 2 if len(history) > T else T):])
-    while len(out) < n_bytes:
+    while True:
         nxt = sample_next(logits, rng, temperature, top_k, top_p)
         history.append(nxt)
-        if nxt == tokenizer.doc_id and stop_at_doc_end:
-            break
-        chunk = tokenizer.vocab[nxt]
-        chunk = chunk[: n_bytes - len(out)]
-        out += chunk
-        if on_bytes is not None and chunk:
-            on_bytes(chunk)
-        if len(out) >= n_bytes:
-            break
+        yield nxt
         if pos >= T:  # cache full: re-read the recent half into a fresh cache
             cache, pos, logits = prefill(history[-(T // 2):])
             continue
         lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
         pos += 1
         logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
+
+
+def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b"", temperature: float = 1.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_at_doc_end: bool = False,
+             on_bytes=None, speculative: bool = False, stats=None) -> bytes:
+    """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes.
+
+    The prompt is not included in the output. An empty prompt starts a new document.
+    on_bytes(chunk) is called with each produced chunk (for streaming output).
+    speculative: draft with the model's multi-token heads and verify in blocks (speculative.py);
+    the same distribution as plain sampling, fewer forward passes. stats: a SpecStats to fill.
+    """
+    if n_bytes < 0:
+        raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
+    _check_sampling(temperature, top_k, top_p)
+    rng = np.random.default_rng(seed)
+    history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
+    out = bytearray()
+    if n_bytes == 0:
+        return b""
+    if speculative:
+        ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size)
+    else:
+        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size)
+    for nxt in ids:
+        if nxt == tokenizer.doc_id and stop_at_doc_end:
+            break
+        chunk = tokenizer.vocab[nxt][: n_bytes - len(out)]
+        out += chunk
+        if on_bytes is not None and chunk:
+            on_bytes(chunk)
+        if len(out) >= n_bytes:
+            break
     return bytes(out)
 
 

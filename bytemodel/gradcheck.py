@@ -40,7 +40,9 @@ class TensorCheck:
 
 def tiny_config(**overrides) -> ModelConfig:
     """A model small enough to finite-difference every tensor in seconds, odd sizes included."""
-    d = dict(vocab_size=19, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24, context=9)
+    d = dict(vocab_size=19, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24, context=9,
+             mtp=3)  # two multi-token heads (t+2, t+3), so their tensors and the trunk's path
+                     # through them are checked too
     d.update(overrides)
     return ModelConfig(**d)
 
@@ -57,8 +59,8 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
     idx = rng.integers(0, cfg.vocab_size, size=(B, T))
     tgt = rng.integers(0, cfg.vocab_size, size=(B, T))
 
-    def loss() -> float:
-        return float(np.mean(m.forward(idx, tgt)))
+    def loss() -> float:   # the training objective: main loss + the MTP heads' weighted loss
+        return m.objective(m.forward(idx, tgt))
 
     m.grads[:] = 0
     m.loss_and_grad(idx, tgt)

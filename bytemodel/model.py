@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .config import ModelConfig
+from .mtp import draft_logits, mtp_backward, mtp_forward, mtp_shapes
 
 ALIGN = 64
 
@@ -42,6 +43,7 @@ def layout(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], int]]:
     shapes.append(("norm_f", (C,)))
     if not cfg.tie_embeddings:
         shapes.append(("lm_head", (C, V)))
+    shapes += mtp_shapes(cfg)                     # multi-token heads (none when cfg.mtp == 1)
     out, off = [], 0
     for name, shape in shapes:
         out.append((name, shape, off))
@@ -65,7 +67,7 @@ def n_params(cfg: ModelConfig) -> int:
 
 def is_matrix(name: str) -> bool:
     """Weight decay applies to the matrices, not the RMSNorm gains."""
-    return not name.endswith("norm") and name != "norm_f"
+    return not name.endswith("norm") and not name.endswith("norm_f")
 
 
 class Model:
@@ -83,6 +85,7 @@ class Model:
         self.g = views(self.grads, cfg)
         self._rope = {}
         self._acts = None
+        self.mtp_losses = []   # the MTP heads' mean losses (nats) of the last forward
 
     def replica(self) -> "Model":
         """A model sharing these weights with its own gradients and activations (for threads)."""
@@ -90,7 +93,7 @@ class Model:
         r.__dict__.update(self.__dict__)
         r.grads = self.xp.zeros_like(self.grads)
         r.g = views(r.grads, self.cfg)
-        r._rope, r._acts = {}, None
+        r._rope, r._acts, r.mtp_losses = {}, None, []
         return r
 
     # ------------------------------------------------------------------ parameters
@@ -174,18 +177,27 @@ class Model:
         wh, _ = self.head(W)
         logits = o.matmul_forward(hf, wh)                                          # (N, V)
         losses, ce = o.cross_entropy_forward(logits, targets.reshape(N))           # (N,)
-        self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce)
+        mtp = None
+        if cfg.mtp > 1:                                                            # heads t+2..t+K
+            self.mtp_losses, mtp = mtp_forward(o, cfg, W, wh, x, targets)
+        self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce, mtp)
         return losses
 
-    def backward(self, dlosses) -> None:
-        """dlosses (B*T,): d(objective)/d(per-token loss). Accumulates into self.grads."""
+    def backward(self, dlosses, mtp_scale: float = 1.0) -> None:
+        """dlosses (B*T,): d(objective)/d(per-token loss). Accumulates into self.grads.
+
+        With MTP heads, the objective also has mtp_scale * mtp_weight * (mean over heads of each
+        head's mean loss); loss_and_grad passes the same weight as the main loss's mean."""
         o, cfg, G = self.ops, self.cfg, self.g
-        B, T, W, cos, sin, emb_cache, acts, hf, nf, ce = self._acts
+        B, T, W, cos, sin, emb_cache, acts, hf, nf, ce, mtp = self._acts
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        dlogits = o.cross_entropy_backward(dlosses, ce)                            # (N, V)
         wh, dwh = self.head(W)
+        dmtp = None   # the MTP heads' gradient on the trunk's last residual stream
+        if mtp is not None:
+            dmtp = mtp_backward(o, cfg, W, G, wh, dwh, mtp, cfg.mtp_weight * mtp_scale)
+        dlogits = o.cross_entropy_backward(dlosses, ce)                            # (N, V)
         dx = o.matmul_backward(dlogits, hf, wh, dwh)                               # (N, C)
-        dx = o.rmsnorm_backward(dx, nf, G["norm_f"])
+        dx = o.rmsnorm_backward(dx, nf, G["norm_f"], residual=dmtp)
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
             h1, n1, q, k, v, a, lse, am, h2, n2, sw, s = acts[i]
@@ -206,8 +218,17 @@ class Model:
         """Mean per-token loss of the batch; grads += weight * d(mean loss)/d(params)."""
         losses = self.forward(idx, targets)
         n = losses.shape[0]
-        self.backward(self.xp.full(n, weight / n, dtype=losses.dtype))
+        self.backward(self.xp.full(n, weight / n, dtype=losses.dtype), mtp_scale=weight)
         return losses
+
+    def objective(self, losses) -> float:
+        """The training objective of the last forward (float): the main head's mean loss plus
+        mtp_weight * the heads' mean loss."""
+        main = float(self.xp.mean(losses))
+        if not self.mtp_losses:
+            return main
+        aux = sum(float(v) for v in self.mtp_losses) / len(self.mtp_losses)
+        return main + self.cfg.mtp_weight * aux
 
     # ------------------------------------------------------------------ inference
     def new_cache(self, B: int, S: int):
@@ -217,11 +238,12 @@ class Model:
         shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
         return [(xp.zeros(shape, dtype=dt), xp.zeros(shape, dtype=dt)) for _ in range(cfg.n_layers)]
 
-    def forward_cached(self, idx, cache, pos: int, W=None):
+    def forward_cached(self, idx, cache, pos: int, W=None, hidden: bool = False):
         """idx (B, T) new tokens at positions pos..pos+T-1, with keys 0..pos-1 in `cache`.
 
         Writes the new keys/values into the cache and returns logits (B, T, V) (the last T rows).
         W: the weights() views, when the caller calls this once per token and made them once.
+        hidden: also return the trunk's last residual stream (B*T, C), the MTP heads' input.
         """
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
@@ -250,4 +272,10 @@ class Model:
             x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))
         hf, _ = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
         wh, _ = self.head(W)
-        return o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)
+        logits = o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)
+        return (logits, x) if hidden else logits
+
+    def draft_logits(self, x, W=None) -> list:
+        """x (R, C) trunk residual rows -> [logits (R, V) of MTP head k for k = 2..K]."""
+        W = self.weights() if W is None else W
+        return draft_logits(self.ops, self.cfg, W, self.head(W)[0], x)

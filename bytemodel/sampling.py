@@ -1,0 +1,41 @@
+"""Turning next-token logits into a draw: temperature, top-k, top-p, greedy.
+
+Logits are divided by the temperature, then top-k, then top-p (nucleus) keep the likeliest ids,
+then one draw from a NumPy Generator: the same seed gives the same ids. Temperature 0 is greedy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def sampling_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> np.ndarray:
+    """logits (V,) float64 -> the distribution sampling draws from (float64, sums to 1).
+
+    Temperature 0 is greedy: all mass on the arg-max."""
+    if temperature == 0:
+        p = np.zeros(logits.size)
+        p[int(np.argmax(logits))] = 1.0
+        return p
+    z = logits / temperature
+    if 0 < top_k < z.size:
+        kth = np.partition(z, -top_k)[-top_k]
+        z = np.where(z >= kth, z, -np.inf)
+    z = z - z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    if top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        c = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(c, top_p) + 1)]
+        q = np.zeros_like(p)
+        q[keep] = p[keep]
+        p = q / q.sum()
+    return p
+
+
+def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0) -> int:
+    """logits (V,) float64 over the real vocabulary -> one id."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    p = sampling_probs(logits, temperature, top_k, top_p)
+    return int(rng.choice(p.size, p=p))
