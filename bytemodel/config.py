@@ -27,7 +27,8 @@ class ModelConfig:
     init_std: float = 0.02       # normal init; output projections get / sqrt(2 L) (GPT-2)
     mtp: int = 1                 # tokens predicted per position: 1 = the LM head only; K > 1 adds
                                  # K-1 multi-token heads (bytemodel/mtp.py) for t+2..t+K
-    mtp_design: str = "independent"  # "independent" (each head reads the trunk) or "sequential"
+    mtp_design: str = "sequential"   # "sequential" (head k reads head k-1) or "independent"; chosen
+                                     # by measurement (benchmarks/README.md, MTP section)
     mtp_weight: float = 0.3      # the heads' auxiliary loss weight (mean over heads)
 
     def __post_init__(self):

@@ -234,7 +234,7 @@ def gradcheck(
     per_tensor: int = typer.Option(12, "--per-tensor", help="Entries checked per parameter tensor."),
     tie_embeddings: bool = typer.Option(False, "--tie-embeddings", help="Check the tied-embedding model."),
     mtp: int = typer.Option(3, "--mtp", help="Tokens predicted per position (1 = no multi-token heads)."),
-    mtp_design: str = typer.Option("independent", "--mtp-design", help="independent or sequential heads."),
+    mtp_design: str = typer.Option("sequential", "--mtp-design", help="sequential or independent heads."),
 ):
     """Check every parameter tensor's gradient against finite differences (float64).
 
