@@ -57,7 +57,7 @@ def train(
     mtp: Optional[int] = typer.Option(None, "--mtp",
                                       help="Train K-1 multi-token heads predicting t+2..t+K (1: none)."),
     mtp_weight: Optional[float] = typer.Option(None, "--mtp-weight", help="The heads' auxiliary loss weight (0.3)."),
-    mtp_design: Optional[str] = typer.Option(None, "--mtp-design", help="independent or sequential heads."),
+    mtp_design: Optional[str] = typer.Option(None, "--mtp-design", help="sequential (default) or independent heads."),
     tie_embeddings: Optional[bool] = typer.Option(None, "--tie-embeddings/--untie-embeddings",
                                                   help="Share the embedding and LM head."),
     baseline: bool = typer.Option(True, help="Print zstd -19 / xz -9 bits/byte on the same data at the end."),
@@ -153,7 +153,7 @@ def generate(
         data_prompt = _read_prompt(prompt) if prompt_file is None else _decode_prompt(prompt_file, run_reader)
         stats, t0 = None, time.perf_counter()
         if speculative:
-            from .speculative import SpecStats
+            from ..speculative import SpecStats
             stats = SpecStats()
 
         def report(n):
