@@ -103,6 +103,9 @@ def preset(name: str, vocab: int = 257, **overrides) -> ModelConfig:
     return ModelConfig.from_dict(d)
 
 
+DISTRIBUTED_MODES = ("auto", "mpi", "off")   # see distributed.connect
+
+
 @dataclass
 class TrainConfig:
     """Every training setting; stored in the checkpoint. Defaults are for the tiny preset on a CPU."""
@@ -129,6 +132,8 @@ class TrainConfig:
     merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
     tokenizer: str = ""        # a tok.json to use instead of learning merges ("" = none)
     workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
+    distributed: str = "auto"  # auto: MPI when mpiexec/srun started several ranks; mpi: always; off
+    shard_optimizer: bool = False  # ZeRO-1: each MPI rank keeps 1/N of the AdamW moments
     model: dict = field(default_factory=dict)  # ModelConfig overrides
 
     def validate(self) -> None:
@@ -146,6 +151,9 @@ class TrainConfig:
             raise ConfigError(f"lr must be a positive number, got {self.lr}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val-fraction must be between 0 and 1, got {self.val_fraction}")
+        if self.distributed not in DISTRIBUTED_MODES:
+            raise ConfigError(f"unknown distributed mode {self.distributed!r}; choose one of "
+                              f"{', '.join(DISTRIBUTED_MODES)}")
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:

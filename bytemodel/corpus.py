@@ -103,10 +103,16 @@ def open_corpus(run_dir: str | os.PathLike) -> Corpus:
     return Corpus(tokens, info["split"], info["n_bytes"], info["n_docs"], info["sha256"])
 
 
-def sample_batch(tokens: np.ndarray, batch: int, context: int, seed: int, step: int):
-    """Random windows: x, y (B, T) int64 with y the next token of x. Pure in (seed, step)."""
+def sample_batch(tokens: np.ndarray, batch: int, context: int, seed: int, step: int, rows: slice | None = None):
+    """Random windows: x, y (B, T) int64 with y the next token of x. Pure in (seed, step).
+
+    rows: only these rows of the batch (a rank's share in data parallel), the same windows as
+    the whole batch has there.
+    """
     rng = np.random.default_rng([seed, step])
     starts = rng.integers(0, len(tokens) - context, size=batch)
+    if rows is not None:
+        starts = starts[rows]
     w = np.stack([np.asarray(tokens[s:s + context + 1]) for s in starts]).astype(np.int64)
     return w[:, :-1], w[:, 1:]
 

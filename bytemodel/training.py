@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint as ckpt
+from . import distributed
 from .config import PRESETS, TrainConfig, preset as make_preset
 from .corpus import build_corpus, open_corpus, sample_batch, eval_windows
 from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
 from .model import Model
 from .ops import get_backend, resolve_device
-from .parallel import CoreParallel
-from .optim import AdamW, LossScaler, global_norm, lr_at
+from .optim import LossScaler, lr_at
 from .tokenizer import Tokenizer
 
 LN2 = math.log(2)
@@ -43,9 +43,10 @@ class TrainResult:
     train_loss: float | None
     interrupted: bool = False
     history: list = field(default_factory=list)
+    main: bool = True          # False on MPI ranks other than 0 (they write and print nothing)
 
 
-def evaluate(runner: CoreParallel, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+def evaluate(runner, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
              batch: int = 16) -> tuple[float, float]:
     """Validation (bits per byte, nats per token) on non-overlapping windows of `tokens`."""
     ops = runner.model.ops
@@ -138,7 +139,8 @@ def prepare(tc: TrainConfig, resume: bool = False):
             raise CheckpointError(f"{loaded.path} holds no training state to resume from")
         # settings that define the run come from the checkpoint; steps may be extended
         tc = TrainConfig(**{**stored, "steps": tc.steps or stored["steps"], "out_dir": str(run_dir),
-                            "device": tc.device, "precision": tc.precision})
+                            "device": tc.device, "precision": tc.precision,
+                            "distributed": tc.distributed, "shard_optimizer": tc.shard_optimizer})
         tc.validate()
         tok = loaded.tokenizer
         corpus = open_corpus(run_dir)
@@ -169,18 +171,54 @@ def prepare(tc: TrainConfig, resume: bool = False):
     return tc, run_dir, tok, corpus, cfg, None
 
 
+def _open_prepared(d: dict):
+    """A rank other than 0 opens the run rank 0 has just prepared (same settings, corpus, model)."""
+    from .config import ModelConfig
+    tc = TrainConfig(**d["tc"])
+    run_dir = Path(tc.out_dir)
+    return tc, run_dir, Tokenizer.from_dict(d["tok"]), open_corpus(run_dir), ModelConfig.from_dict(d["cfg"]), None
+
+
+def _prepare_ranks(world, tc: TrainConfig, resume: bool):
+    """prepare() on rank 0 (it may build the corpus); the other ranks then open the same run."""
+    if resume:
+        return distributed.on_rank0_first(world, lambda: prepare(tc, True), lambda _: prepare(tc, True))
+    box = {}
+
+    def first():
+        box["out"] = out = prepare(tc, False)
+        return {"tc": dataclasses.asdict(out[0]), "tok": out[2].to_dict(), "cfg": out[4].to_dict()}
+    d = distributed.on_rank0_first(world, first, _open_prepared)
+    return box["out"] if world.main else d
+
+
 def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=print,
           stop_at: int | None = None) -> TrainResult:
     """Train (or resume) a run as `tc` describes. Returns where it ended.
 
     stop_at: behave as if Ctrl-C came during that step (save and stop), for tests and scripts.
+    Started by mpiexec/srun (or with distributed="mpi"), every rank calls this and trains its
+    slice of each batch (see distributed.py); only rank 0 writes and logs.
     """
-    tc, run_dir, tok, corpus, cfg, loaded = prepare(tc, resume)
+    world = distributed.connect(tc.distributed)
+    try:
+        return _train(world, tc, resume, progress, log, stop_at)
+    except BaseException as e:
+        world.fail(e)   # several ranks: report once and end the whole job; one process: re-raise
+        raise
+
+
+def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -> TrainResult:
+    tc, run_dir, tok, corpus, cfg, loaded = _prepare_ranks(world, tc, resume)
     device = resolve_device(tc.device)
+    world.use_device(device)            # this rank's GPU, and NCCL between the ranks' GPUs
     ops = get_backend(device, tc.precision)
     model = Model(cfg, ops)
-    runner = CoreParallel(model, tc.workers or None)   # batch slices over CPU cores (1 on a GPU)
-    opt = AdamW(model, betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+    # this rank's rows of each batch, split again over CPU cores (1 worker on a GPU)
+    runner = distributed.DataParallel(model, world, tc.batch_size, tc.workers or None, tc.shard_optimizer)
+    opt = runner.optimizer(betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
+    if not world.main:
+        log, progress = (lambda *a: None), False
     scaler = LossScaler(enabled=(tc.precision == "fp16"))
     step = 0
     if loaded is not None:
@@ -204,13 +242,15 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
         state = {"config": dataclasses.asdict(tc), "step": step, "optim": opt.state(),
                  "scaler": scaler.state(), "corpus_sha256": corpus.sha256, "val_bpb": last_val,
                  "n_bytes": corpus.n_bytes}
-        return ckpt.save(run_dir / ckpt.CKPT_NAME, cfg, tok, ops.to_numpy(model.params), state,
-                         ops.to_numpy(opt.m), ops.to_numpy(opt.v))
+        m, v = runner.host_moments(opt)             # gathered from the ranks when sharded
+        if world.main:
+            ckpt.save(run_dir / ckpt.CKPT_NAME, cfg, tok, ops.to_numpy(model.params), state, m, v)
 
     def record(d):
         history.append(d)
-        with open(metrics_path, "a") as f:
-            f.write(json.dumps(d) + "\n")
+        if world.main:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(d) + "\n")
 
     if loaded is None:
         log(f"run {run_dir}: {corpus.n_bytes:,} bytes in {corpus.n_docs} document(s), "
@@ -231,27 +271,28 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
 
     def launch(s):
         """Queue step s (0-based) and return what settle() needs to read its outcome."""
-        x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s)
+        x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s, rows=runner.rows)
         model.grads[...] = 0
         scale = scaler.scale
-        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale)
+        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale)  # summed over ranks
         lr = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
+        ntok = tc.batch_size * T                    # the whole batch, over all ranks
         if ahead:
-            norm_dev = ops.global_norm(model.grads)
+            norm_dev = runner.grad_norm_device()
             opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm_dev)
-            copied = ops.fetch_async(losses.mean(), norm_dev)
+            copied = ops.fetch_async(runner.mean_loss(losses), norm_dev)
 
             def fetch():
                 loss, norm_scaled = copied()
                 return loss, norm_scaled / scale
-            return s, fetch, x.size
-        loss_dev = losses.mean()
-        norm = global_norm(ops, model.grads) / scale   # one wait for the device per step
+            return s, fetch, ntok
+        loss_dev = runner.mean_loss(losses)
+        norm = runner.grad_norm() / scale           # one wait for the device per step
         loss = float(loss_dev)
         if math.isfinite(norm) and math.isfinite(loss):
             clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
             opt.step(lr, grad_scale=clip / scale)
-        return s, (lambda: (loss, norm)), x.size
+        return s, (lambda: (loss, norm)), ntok
 
     def settle(pending):
         """Read a launched step's loss and gradient norm; update the loss scale; -> (loss, norm, tokens)."""
@@ -287,6 +328,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             step += 1
             if stop_at is not None and step >= stop_at:
                 stop.set = True
+            stop.set = world.any(stop.set)   # a Ctrl-C seen by one rank stops all at the same step
             if pending is not None:           # the previous step, queued ahead: read it now
                 finish(step - 1, *settle(pending), boundary=False)
                 pending = None
@@ -299,9 +341,11 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
                 interrupted = True
                 break
     runner.close()
+    world.close()
     if interrupted:
         log(f"interrupted: saved step {step} to {run_dir / ckpt.CKPT_NAME}; resume with --resume --out {run_dir}")
-    return TrainResult(run_dir, run_dir / ckpt.CKPT_NAME, step, last_val, last_loss, interrupted, history)
+    return TrainResult(run_dir, run_dir / ckpt.CKPT_NAME, step, last_val, last_loss, interrupted, history,
+                       world.main)
 
 
 class _Progress:

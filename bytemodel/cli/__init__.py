@@ -45,6 +45,10 @@ def train(
     merges: int = typer.Option(D.merges, help="BPE merges to learn from the source (0: plain bytes)."),
     tokenizer: str = typer.Option(D.tokenizer, help="A tok.json (from `bytemodel tokenizer train`) to use instead of --merges."),
     workers: int = typer.Option(D.workers, help="CPU threads, each training a slice of the batch (0: one per core)."),
+    distributed: str = typer.Option(D.distributed, help="auto: data parallel over MPI ranks when started by "
+                                    "mpiexec or srun; mpi: always (one rank without a launcher too); off."),
+    shard_optimizer: bool = typer.Option(D.shard_optimizer, "--shard-optimizer",
+                                         help="ZeRO-1 over MPI ranks: each keeps 1/N of the AdamW moments."),
     eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
     eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time."),
     val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Tail of the data held out."),
@@ -66,6 +70,9 @@ def train(
     """Train a byte-level model on any file or directory.
 
     Example: bytemodel train --source genome.fa --steps 1000
+
+    On a cluster: mpiexec -n 8 bytemodel train --source corpus.txt --device cuda --batch-size 256
+    (--batch-size is the whole batch; each rank trains its share).
     """
     from .. import train as api_train
     with user_errors():
@@ -80,10 +87,12 @@ def train(
         settings = dict(preset=preset, steps=steps or (0 if resume else D.steps), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
                         seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
-                        workers=workers,
+                        workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
                         eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
                         model=overrides)
         res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
+        if not res.main:            # MPI ranks other than 0: rank 0 reports
+            raise typer.Exit(130 if res.interrupted else 0)
         typer.echo(f"step {res.step}: validation {res.val_bpb:.4f} bits/byte; checkpoint {res.checkpoint}")
         if res.interrupted:
             raise typer.Exit(130)
