@@ -500,3 +500,18 @@ def test_import_a_llama_that_transformers_saved(tmp_path, hf_libs):
     ours = m.forward_cached(ids, m.new_cache(1, 48), 0)
     assert np.abs(ours).max() > 1.0
     np.testing.assert_allclose(theirs, ours, rtol=0, atol=ATOL)
+
+
+def test_export_never_imports_torch(tmp_path):
+    """The export is safetensors + JSON: it runs where torch is absent, and never loads it."""
+    import subprocess
+    import sys
+    run, m, tok = make_run(tmp_path, "tied")
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom bytemodel.cli import app\n"
+            f"r = CliRunner().invoke(app, ['export', {str(run)!r}, {str(tmp_path / 'hf')!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
