@@ -26,9 +26,11 @@ def readme_text(loaded, dropped: list[str]) -> str:
                  f"generation_config.json suppresses ids {tok.vocab_size}..{cfg.vocab_size - 1}.\n")
     mtp = ""
     if dropped:
-        mtp = ("\n## Not exported\n\nThe checkpoint also holds tensors that a Llama model has no place for "
-               f"(multi-token prediction heads or other extras): {', '.join(dropped)}. They are left out; "
-               "the main next-token model is complete without them.\n")
+        what = (f"its {cfg.mtp - 1} multi-token prediction heads (for tokens t+2..t+{cfg.mtp}, which "
+                "`bytemodel generate --speculative` drafts with)" if cfg.mtp > 1
+                else "tensors that a Llama model has no place for")
+        mtp = (f"\n## Not exported\n\nThe checkpoint also holds {what}: {', '.join(dropped)}. They are left "
+               "out; the next-token model is complete without them and computes the same logits.\n")
     return f"""# A bytemodel model in Hugging Face format
 
 Exported by `bytemodel export` from `{loaded.path}` ({where}).
