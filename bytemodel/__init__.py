@@ -67,6 +67,16 @@ class LanguageModel:
         from .generate import score
         return score(self.model, self.tokenizer, data)
 
+    def compress(self, data: bytes, **options) -> bytes:
+        """data -> a .bmz container: range coded under this model (options: see bytemodel.compress)."""
+        from .compress import compress
+        return compress(self, data, **options)
+
+    def decompress(self, blob: bytes, **options) -> bytes:
+        """A .bmz container made with this checkpoint and backend -> the exact original bytes."""
+        from .compress import decompress
+        return decompress(self, blob, **options)
+
 
 def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> LanguageModel:
     """Load a checkpoint file or run directory (default: the latest run under ./runs)."""

@@ -18,7 +18,7 @@ import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError
-from . import data as data_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
+from . import compress as compress_cmd, data as data_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -288,6 +288,7 @@ readers_cmd.register(app)
 data_cmd.register(app)
 tokenizer_cmd.register(app)
 hf_cmd.register(app)
+compress_cmd.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,416 @@
+"""The model as a lossless compressor: range coding driven by its next-token distribution.
+
+    blob = compress(lm, data)        # bytes -> a .bmz container
+    data = decompress(lm, blob)      # the exact bytes back, or CompressError
+
+The entropy coder is the `constriction` library's range coder (an optional dependency,
+``pip install 'bytemodel[compress]'``, imported only here); the probabilities, the stream layout
+and the container are ours.
+
+Stream layout. The file's bytes are tokenized (the checkpoint's tokenizer) into n tokens, cut into
+S contiguous streams of n // S or n // S + 1 tokens (the longer ones first). Each stream is coded
+as a new document: its context starts with <doc>, and its window slides as in generation (see
+bytemodel/lockstep.py: at most `window` tokens; when full, the newest window/2 are re-read). The
+streams advance in lockstep, one token each per step, in lanes of `lane` streams: each lane is one
+batched KV cache, and a step is one (lane, 1) forward pass per lane. Lanes run on separate threads
+on the CPU; on the GPU one lane holds every stream. One range coder takes the symbols in step
+order, and within a step in stream order.
+
+Probabilities. The logits of the tokenizer's byte and merge ids (the <doc> id never occurs inside
+a stream, so it is left out) become integer frequencies that sum to 2^24, each at least 1
+(`quantise`): softmax in float64, floor(p * (2^24 - A)) + 1, and the rounding remainder added to
+the likeliest symbol. The coder sees only these integers (as float32, exact below 2^24).
+
+Determinism. Compressor and decompressor run the very same function (`_drive`): the same lanes,
+the same (lane, 1) and (lane, window/2) forward passes, the same quantisation; only what happens
+to the frequencies differs (encode the known token, or decode the next one). Lanes do not share
+data, BLAS is held to one thread inside a lane, and threads only decide which lane runs where, so
+the thread count does not change a bit. The backend (device, precision, and the numerical
+libraries) is written in the header: a file compressed on the CPU decompresses on the CPU and a
+GPU file on the GPU (they compute in different precisions, so their logits differ).
+
+Container (.bmz):
+    8 bytes   magic b"\\x89BMZ\\r\\n\\x1a\\n"
+    2 bytes   container version (little-endian)
+    4 bytes   header length H (little-endian)
+    H bytes   header: UTF-8 JSON (format, checkpoint name + SHA-256 of weights and of tokenizer,
+              reader spec, original length + SHA-256, stream layout, coder, backend, payload size)
+    P bytes   payload: the range coder's 32-bit words, little-endian
+    32 bytes  SHA-256 of everything before it (a flipped bit or a cut file is refused up front)
+The decompressed bytes are checked against the original's length and SHA-256 before anything is
+returned, so a mismatch is an error, never silently wrong output.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .errors import BytemodelError, ConfigError
+from .lockstep import Lockstep, check_window
+
+MAGIC = b"\x89BMZ\r\n\x1a\n"
+VERSION = 1
+FORMAT = "bytemodel-compressed"
+PREC_BITS = 24               # frequencies sum to 2^24: constriction's range coder precision
+TOTAL = 1 << PREC_BITS
+_FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
+_TRAILER = 32                # SHA-256
+MAX_HEADER = 1 << 20
+MIN_STREAM = 8               # default layout: at least this many windows of tokens per stream
+CPU_LANE = 16                # default streams per lane on the CPU (one BLAS call per op per lane)
+CPU_MAX_STREAMS = 64
+GPU_MAX_STREAMS = 4096
+
+
+class CompressError(BytemodelError):
+    """A .bmz file is corrupt, foreign, or needs another checkpoint or backend."""
+
+
+def _coder():
+    try:
+        import constriction
+    except ImportError:
+        raise CompressError("compression needs the constriction package: pip install 'bytemodel[compress]'") from None
+    return constriction
+
+
+def _coder_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("constriction")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# probabilities -> integer frequencies
+
+def quantise(logits, alphabet: int, xp=np):
+    """logits (B, >= alphabet) -> frequencies (B, alphabet) int64, each >= 1, each row summing to 2^24.
+
+    Softmax over the first `alphabet` logits in float64; floor(p * (2^24 - alphabet)) + 1; the
+    rounding remainder (>= 0) goes to the first likeliest symbol. xp: numpy or cupy.
+    """
+    z = logits[:, :alphabet].astype(xp.float64)
+    z -= z.max(axis=1, keepdims=True)
+    p = xp.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    f = xp.floor(p * (TOTAL - alphabet)).astype(xp.int64) + 1
+    rows = xp.arange(f.shape[0])
+    f[rows, xp.argmax(f, axis=1)] += TOTAL - f.sum(axis=1)
+    return f
+
+
+def split(n: int, streams: int) -> np.ndarray:
+    """Token counts of `streams` contiguous streams covering n tokens: the first n % streams get one more."""
+    if streams == 0:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.full(streams, n // streams, dtype=np.int64)
+    lengths[: n % streams] += 1
+    return lengths
+
+
+def default_layout(n_tokens: int, window: int, device: str) -> tuple[int, int]:
+    """(streams, lane): enough streams to fill the batch, each at least MIN_STREAM windows long."""
+    cap = GPU_MAX_STREAMS if device == "cuda" else CPU_MAX_STREAMS
+    streams = int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
+    lane = max(streams, 1) if device == "cuda" else CPU_LANE
+    return streams, lane
+
+
+# ---------------------------------------------------------------------------------------------
+# what identifies the model and the backend
+
+def checkpoint_identity(lm) -> dict:
+    """Name and SHA-256 of the weights (as the checkpoint records them) and of the tokenizer."""
+    ident = getattr(lm, "_bmz_identity", None)
+    if ident is None:
+        from .checkpoint import CKPT_NAME, _sha
+        path = lm.path
+        name = "" if path is None else (path.parent.name if path.name == CKPT_NAME else path.name)
+        tok = json.dumps(lm.tokenizer.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        ident = {"name": name, "weights_sha256": _sha(lm.model.ops.to_numpy(lm.model.params)),
+                 "tokenizer_sha256": hashlib.sha256(tok).hexdigest()}
+        lm._bmz_identity = ident
+    return ident
+
+
+def backend_info(model) -> dict:
+    """The device, precision and numerical libraries that computed the probabilities."""
+    ops = model.ops
+    if ops.name == "numpy":
+        info = {"device": "cpu", "precision": "fp32", "numpy": np.__version__}
+        try:
+            from threadpoolctl import threadpool_info
+            blas = [f"{d.get('internal_api')} {d.get('version')} {d.get('architecture')}"
+                    for d in threadpool_info() if d.get("user_api") == "blas"]
+            info["blas"] = blas[0] if blas else "unknown"
+        except ImportError:
+            info["blas"] = "unknown"
+        return info
+    import cupy
+    dev = cupy.cuda.Device()
+    name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
+    return {"device": "cuda", "precision": ops.precision, "gpu": name.decode() if isinstance(name, bytes) else str(name),
+            "sm_count": int(dev.attributes["MultiProcessorCount"]), "cupy": cupy.__version__}
+
+
+# ---------------------------------------------------------------------------------------------
+# the one computation path of both directions
+
+def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int | None = None,
+           want_logp: bool = False, progress=None) -> None:
+    """Advance every stream through the model, one token per stream per step.
+
+    lengths (S,): tokens per stream (non-increasing). At each step t, decide(t, active, freqs,
+    logp) gets the S' = active streams (the first S', those with more than t tokens), their
+    frequencies (S', A) int64 and, if want_logp, the full model's log-probabilities (S', V)
+    float64 (else None), and returns their tokens (S',). Inactive streams are fed token 0.
+    """
+    model, tok = lm.model, lm.tokenizer
+    S = len(lengths)
+    if S == 0:
+        return
+    A, V = tok.doc_id, tok.vocab_size          # the alphabet: byte and merge ids, not the specials
+    xp, ops = model.xp, model.ops
+    cpu = ops.name == "numpy"
+    bounds = [(a, min(a + lane, S)) for a in range(0, S, lane)]
+    n_workers = max(1, min(len(bounds), workers or _cores())) if cpu else 1
+    replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
+    weights = model.weights()
+    mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
+    steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights) for i, (a, b) in enumerate(bounds)]
+    freqs = np.empty((S, A), dtype=np.int64)
+    logp = np.empty((S, V), dtype=np.float64) if want_logp else None
+    feed = np.full(S, tok.doc_id, dtype=np.int64)
+
+    def run_lanes(w):
+        for i in mine[w]:
+            a, b = bounds[i]
+            lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
+            freqs[a:b] = ops.to_numpy(quantise(lg, A, xp))
+            if want_logp:
+                z = ops.to_numpy(lg[:, :V]).astype(np.float64)
+                from .ops import numpy_ops
+                logp[a:b] = numpy_ops.log_softmax(z)
+
+    pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
+    limiter = _blas_one_thread() if cpu else None
+    try:
+        if limiter is not None:
+            limiter.__enter__()
+        steps = int(lengths[0])
+        for t in range(steps):
+            if pool is None:
+                run_lanes(0)
+            else:
+                for f in [pool.submit(run_lanes, w) for w in range(n_workers)]:
+                    f.result()
+            active = int(np.count_nonzero(lengths > t))
+            got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
+            feed[:active] = got
+            feed[active:] = 0
+            if progress is not None:
+                progress(active)
+    finally:
+        if limiter is not None:
+            limiter.__exit__(None, None, None)
+        if pool is not None:
+            pool.shutdown()
+
+
+def _cores() -> int:
+    from .parallel import cores
+    return cores()
+
+
+def _blas_one_thread():
+    """A context that holds BLAS to one thread (results must not depend on BLAS threading)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+# ---------------------------------------------------------------------------------------------
+# the two directions
+
+def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
+             workers: int | None = None, stats: dict | None = None, progress=None) -> bytes:
+    """data -> a .bmz container (bytes). stats, if a dict, receives the model's cross-entropy
+    ('model_bits', full vocabulary, float64), the ideal size under the quantised frequencies
+    ('quantised_bits') and the payload's size ('payload_bits')."""
+    constriction = _coder()
+    data = bytes(data)
+    model, tok = lm.model, lm.tokenizer
+    W = model.cfg.context if window is None else int(window)
+    check_window(W, model.cfg.context)
+    ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
+    n = len(ids)
+    device = "cpu" if model.ops.name == "numpy" else "cuda"
+    S0, lane0 = default_layout(n, W, device)
+    S = S0 if streams is None else int(streams)
+    if S < 0 or (n and S < 1):
+        raise ConfigError(f"streams must be at least 1, got {S}")
+    S = min(S, n)                                  # never an empty stream
+    ln = (lane0 if device == "cpu" else max(S, 1)) if lane is None else int(lane)
+    if ln < 1:
+        raise ConfigError(f"lane must be at least 1, got {ln}")
+    ln = min(ln, max(S, 1))
+    lengths = split(n, S)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if S else lengths
+    enc = constriction.stream.queue.RangeEncoder()
+    family = constriction.stream.model.Categorical(perfect=False)
+    acc = {"model_bits": 0.0, "quantised_bits": 0.0}
+    want = stats is not None
+
+    def decide(t, active, freqs, logp):
+        sym = ids[starts[:active] + t]
+        enc.encode(sym.astype(np.int32), family, freqs.astype(np.float32))
+        if want:
+            rows = np.arange(active)
+            acc["quantised_bits"] += float(-np.log2(freqs[rows, sym] / TOTAL).sum())
+            acc["model_bits"] += float(-logp[rows, sym].sum() / np.log(2))
+        return sym
+
+    _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress)
+    payload = enc.get_compressed().astype("<u4").tobytes() if n else b""
+    header = {
+        "format": FORMAT, "version": VERSION,
+        "checkpoint": checkpoint_identity(lm),
+        "reader": "raw",            # the payload codes the file's bytes exactly as they are
+        "original": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+        "layout": {"tokens": n, "streams": S, "window": W, "lane": ln, "reread": W // 2,
+                   "order": "step-major, streams in order"},
+        "coder": {"name": "constriction.stream.queue.RangeEncoder", "version": _coder_version(),
+                  "model": "Categorical(perfect=False)", "precision_bits": PREC_BITS, "alphabet": tok.doc_id},
+        "backend": backend_info(model),
+        "payload_bytes": len(payload),
+    }
+    if want:
+        stats.update(acc, payload_bits=8 * len(payload), tokens=n, bytes=len(data), streams=S)
+    return _pack(header, payload)
+
+
+def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) -> bytes:
+    """A .bmz container -> the original bytes, verified against its length and SHA-256."""
+    header, payload = read(blob)
+    check_model(header, lm)
+    constriction = _coder()
+    lay = header["layout"]
+    n, S, W, ln = lay["tokens"], lay["streams"], lay["window"], lay["lane"]
+    if W > lm.model.cfg.context:
+        raise CompressError(f"the file's window {W} exceeds the model's context {lm.model.cfg.context}")
+    lengths = split(n, S)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if S else lengths
+    ids = np.zeros(n, dtype=np.int64)
+    words = np.frombuffer(payload, dtype="<u4").astype(np.uint32)
+    dec = constriction.stream.queue.RangeDecoder(words) if n else None
+    family = constriction.stream.model.Categorical(perfect=False)
+
+    def decide(t, active, freqs, logp):
+        try:
+            sym = np.asarray(dec.decode(family, freqs.astype(np.float32)), dtype=np.int64)
+        except Exception as e:  # the coder refusing its input: the payload does not fit the model
+            raise CompressError(f"the payload cannot be decoded with this model ({e})") from None
+        ids[starts[:active] + t] = sym
+        return sym
+
+    _drive(lm, lengths, W, ln, decide, workers, progress=progress)
+    data = lm.tokenizer.decode(ids) if n else b""
+    orig = header["original"]
+    if len(data) != orig["bytes"] or hashlib.sha256(data).hexdigest() != orig["sha256"]:
+        here = backend_info(lm.model)
+        diff = {k: (header["backend"].get(k), here.get(k)) for k in set(header["backend"]) | set(here)
+                if header["backend"].get(k) != here.get(k)}
+        why = ("; it was compressed on another backend: " + ", ".join(f"{k} {a} here {b}" for k, (a, b) in sorted(diff.items()))
+               if diff else "")
+        raise CompressError(f"decompressed data does not match the original's checksum{why}")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# the container
+
+def _pack(header: dict, payload: bytes) -> bytes:
+    h = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    body = MAGIC + struct.pack("<HI", VERSION, len(h)) + h + payload
+    return body + hashlib.sha256(body).digest()
+
+
+def read(blob: bytes) -> tuple[dict, bytes]:
+    """A container -> (header, payload), refusing foreign, cut, corrupt or malformed files."""
+    blob = bytes(blob)
+    if not blob.startswith(MAGIC):
+        raise CompressError("not a bytemodel compressed file (.bmz): wrong magic bytes")
+    if len(blob) < _FIXED + _TRAILER:
+        raise CompressError("truncated .bmz file")
+    if hashlib.sha256(blob[:-_TRAILER]).digest() != blob[-_TRAILER:]:
+        raise CompressError("corrupt or truncated .bmz file (its SHA-256 does not match)")
+    version, hlen = struct.unpack("<HI", blob[len(MAGIC):_FIXED])
+    if version != VERSION:
+        raise CompressError(f".bmz container version {version}; this bytemodel reads version {VERSION}")
+    if hlen > MAX_HEADER or _FIXED + hlen > len(blob) - _TRAILER:
+        raise CompressError("malformed .bmz file: bad header length")
+    try:
+        header = json.loads(blob[_FIXED:_FIXED + hlen].decode("utf-8"))
+        _validate(header)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CompressError(f"malformed .bmz header ({e})") from None
+    payload = blob[_FIXED + hlen:-_TRAILER]
+    if len(payload) != header["payload_bytes"]:
+        raise CompressError("malformed .bmz file: the payload's length does not match its header")
+    return header, payload
+
+
+def _int(d, k, lo=0):
+    v = d[k]
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{k} must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _validate(h: dict) -> None:
+    if h.get("format") != FORMAT:
+        raise ValueError("not a bytemodel compressed file")
+    for k in ("weights_sha256", "tokenizer_sha256", "name"):
+        if not isinstance(h["checkpoint"][k], str):
+            raise ValueError(f"checkpoint {k} missing")
+    if h["reader"] != "raw":
+        raise ValueError(f"reader {h['reader']!r} is not supported by this version (only raw)")
+    _int(h["original"], "bytes")
+    if not isinstance(h["original"]["sha256"], str):
+        raise ValueError("original sha256 missing")
+    lay = h["layout"]
+    n, S, W, ln = _int(lay, "tokens"), _int(lay, "streams"), _int(lay, "window", 2), _int(lay, "lane", 1)
+    if (n > 0) != (S > 0) or S > n or W % 2 or lay.get("reread") != W // 2:
+        raise ValueError("inconsistent stream layout")
+    c = h["coder"]
+    if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
+        raise ValueError("unknown coder settings")
+    _int(c, "alphabet", 1)
+    if not isinstance(h["backend"].get("device"), str):
+        raise ValueError("backend missing")
+    if _int(h, "payload_bytes") % 4:
+        raise ValueError("payload is not whole 32-bit words")
+
+
+def check_model(header: dict, lm) -> None:
+    """Refuse a model other than the one the file was compressed with, or another backend."""
+    want, have = header["checkpoint"], checkpoint_identity(lm)
+    if want["weights_sha256"] != have["weights_sha256"] or want["tokenizer_sha256"] != have["tokenizer_sha256"]:
+        raise CompressError(f"this file was compressed with checkpoint '{want['name']}' (weights "
+                            f"{want['weights_sha256'][:12]}), not with '{have['name']}' (weights "
+                            f"{have['weights_sha256'][:12]}): pass --checkpoint for '{want['name']}'")
+    if header["coder"]["alphabet"] != lm.tokenizer.doc_id:
+        raise CompressError("the file's alphabet does not match the model's tokenizer")
+    b, here = header["backend"], backend_info(lm.model)
+    if (b["device"], b.get("precision")) != (here["device"], here["precision"]):
+        raise CompressError(f"this file was compressed on {b['device']} ({b.get('precision')}); the model here "
+                            f"computes on {here['device']} ({here['precision']}) whose probabilities differ: "
+                            f"decompress with --device {b['device']}")

@@ -1,0 +1,97 @@
+"""A model's bits per byte on files, next to general-purpose compressors on the same bytes.
+
+    rows = evaluate(lm, ["a.fa", "b.bin"], reader="")     # -> {"files": [...], "totals": [...]}
+
+Each file is measured twice where the two differ:
+- "as-is":  the file's bytes as they are (what `bytemodel compress` codes);
+- the run's reader's view: the documents the run's reader decodes from the file (a FASTA file's
+  bases without headers and line breaks, an image's pixels), as the model was trained. The model
+  scores each document from its start (<doc>); the compressors get the documents joined.
+The model's figure is its cross-entropy (bytemodel.generate.score: windows of its context that
+overlap by half), the size an ideal coder would reach; `bytemodel compress` comes within a few
+bytes of it plus its header (see benchmarks/README.md). The compressors are run in-process at
+their strongest usual settings: gzip -9 (zlib, no file name in the header), bzip2 -9, xz -9e
+(LZMA2 preset 9 extreme) and zstd -19.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from pathlib import Path
+
+COMPRESSORS = ("gzip -9", "bzip2 -9", "xz -9e", "zstd -19")
+
+
+def compressed_sizes(data: bytes) -> dict:
+    """Bytes each compressor needs for data (zstd -19: None where zstandard is not installed)."""
+    out = {"gzip -9": len(gzip.compress(data, compresslevel=9, mtime=0)),
+           "bzip2 -9": len(bz2.compress(data, 9)),
+           "xz -9e": len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))}
+    try:
+        import zstandard
+        out["zstd -19"] = len(zstandard.ZstdCompressor(level=19).compress(data))
+    except ImportError:
+        out["zstd -19"] = None
+    return out
+
+
+def _row(name: str, view: str, docs: list[bytes], lm) -> dict:
+    joined = b"".join(docs)
+    bits = sum(lm.score(d)["bits"] for d in docs if d)
+    sizes = compressed_sizes(joined)
+    return {"file": name, "view": view, "bytes": len(joined), "model_bits": float(bits),
+            "compressed_bytes": sizes}
+
+
+def _bpb(bits, n):
+    return None if n == 0 or bits is None else bits / n
+
+
+def evaluate(lm, files, reader: str = "") -> dict:
+    """Rows per file (as-is, and the reader's view where it differs) and totals per view."""
+    from .readers import read_documents
+    rows = []
+    for f in files:
+        p = Path(f)
+        raw = p.read_bytes()
+        rows.append(_row(str(f), "as-is", [raw], lm))
+        docs = list(read_documents(p, reader or None))
+        if b"".join(docs) != raw or len(docs) > 1:
+            from .readers import detect, get_reader
+            r = get_reader(reader) if reader else detect(p)
+            rows.append(_row(str(f), r.spec, docs, lm))
+        else:
+            rows[-1]["same_as_reader"] = True
+    totals = []
+    for view in ("as-is", "reader"):
+        chosen = []
+        for f in files:
+            mine = [r for r in rows if r["file"] == str(f)]
+            chosen.append(mine[0] if view == "as-is" or len(mine) == 1 else mine[1])
+        n = sum(r["bytes"] for r in chosen)
+        comp = {c: (None if any(r["compressed_bytes"][c] is None for r in chosen)
+                    else sum(r["compressed_bytes"][c] for r in chosen)) for c in COMPRESSORS}
+        totals.append({"file": "total", "view": view, "bytes": n,
+                       "model_bits": sum(r["model_bits"] for r in chosen), "compressed_bytes": comp})
+    if all(r.get("same_as_reader") for r in rows if r["view"] == "as-is"):
+        totals = totals[:1]
+    for r in rows + totals:
+        r["bits_per_byte"] = {"model": _bpb(r["model_bits"], r["bytes"]),
+                              **{c: _bpb(None if s is None else 8 * s, r["bytes"])
+                                 for c, s in r["compressed_bytes"].items()}}
+    return {"files": rows, "totals": totals}
+
+
+def table(result: dict) -> str:
+    """The rows as an aligned text table of bits per byte (lower is better)."""
+    head = ["file", "view", "bytes", "model"] + list(COMPRESSORS)
+    lines = []
+    for r in result["files"] + result["totals"]:
+        b = r["bits_per_byte"]
+        lines.append([r["file"], r["view"], f"{r['bytes']:,}"] +
+                     ["-" if b[k] is None else f"{b[k]:.3f}" for k in ["model"] + list(COMPRESSORS)])
+    widths = [max(len(head[i]), *(len(l[i]) for l in lines)) for i in range(len(head))]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(head)] + [fmt(l) for l in lines]) + "\n(bits per byte; lower is better)"

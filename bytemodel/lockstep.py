@@ -1,0 +1,68 @@
+"""Many token streams advanced together, one token per stream per step, through one batched KV cache.
+
+    L = Lockstep(model, B, window)      # B streams, at most `window` tokens of context each
+    logits = L.push(ids)                # ids (B,) int: the next token of every stream
+                                        # -> logits (B, V) for the token after it
+
+Every stream starts empty; the first push is usually the document separator <doc>, as a new
+document starts in training. All streams are at the same position at every step (lockstep), so a
+step is one call of Model.forward_cached on a (B, 1) batch, and the matrix products run at batch
+width instead of one row at a time.
+
+Window policy (the same as generation's): the cache holds at most `window` tokens. When a push
+finds it full, the most recent window/2 tokens of every stream, the pushed one included, are
+re-read into the cache from position 0 (one (B, window/2) forward pass), and the streams go on
+from there. So a token is always predicted from between window/2 and window tokens of its own
+stream's past (fewer only at the start), in windows like those the model was trained on.
+
+Determinism: what a push computes depends only on the pushed tokens, the weights, the backend and
+the shapes (B, window), never on the data of other calls or on the wall clock. Two Lockstep
+objects with the same B and window fed the same tokens return bit-identical logits on the same
+backend and machine, which is what lets a compressor and its decompressor agree
+(bytemodel/compress.py).
+
+Shapes: B streams, W window, V vocabulary (the model's), K kv heads, D head dim.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ConfigError
+from .model import Model
+
+
+def check_window(window: int, context: int) -> None:
+    if not (2 <= window <= context and window % 2 == 0):
+        raise ConfigError(f"window must be an even number in 2..{context} (the model's context), got {window}")
+
+
+class Lockstep:
+    """B streams in lockstep over one (B, K, W, D) KV cache per layer."""
+
+    def __init__(self, model: Model, batch: int, window: int | None = None, weights=None):
+        W = model.cfg.context if window is None else int(window)
+        check_window(W, model.cfg.context)
+        if batch < 1:
+            raise ConfigError(f"need at least one stream, got {batch}")
+        self.model, self.B, self.W = model, int(batch), W
+        self.cache = model.new_cache(self.B, W)
+        self.weights = model.weights() if weights is None else weights
+        self.recent = np.zeros((self.B, W), dtype=np.int64)   # the tokens in the cache, by position
+        self.pos = 0                                          # tokens in the cache
+
+    def push(self, ids):
+        """ids (B,) ints -> logits (B, V) on the backend's device, predicting each stream's next token."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
+        m, o, W = self.model, self.model.ops, self.W
+        if self.pos == W:  # full: re-read the newest W/2 tokens (the pushed one last) from position 0
+            keep = W // 2
+            self.recent[:, :keep - 1] = self.recent[:, W - keep + 1:]
+            self.recent[:, keep - 1] = ids
+            x = self.recent[:, :keep]
+            logits = m.forward_cached(o.asarray(x), self.cache, 0, self.weights)     # (B, W/2, V)
+            self.pos = keep
+            return logits[:, -1]
+        self.recent[:, self.pos] = ids
+        logits = m.forward_cached(o.asarray(ids[:, None]), self.cache, self.pos, self.weights)  # (B, 1, V)
+        self.pos += 1
+        return logits[:, -1]
