@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bytemodel.config import preset  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
-from bytemodel.optim import AdamW, global_norm  # noqa: E402
+from bytemodel.optim import AdamW  # noqa: E402
 from bytemodel.parallel import CoreParallel  # noqa: E402
 
 SHAPES = {"tiny": (16, 256), "small": (8, 512)}  # (batch, context) per preset
@@ -39,8 +39,7 @@ def ours(cfg, B, T, steps, rng):
     def step():
         m.grads[...] = 0
         runner.loss_and_grad(x, y)
-        n = global_norm(m.ops, m.grads)
-        opt.step(1e-3, grad_scale=min(1.0, 1.0 / (n + 1e-6)))
+        opt.step(1e-3, clip=1.0, norm=m.ops.global_norm(m.grads))
     for _ in range(WARMUP):
         step()
     t = time.perf_counter()

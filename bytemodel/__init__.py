@@ -83,8 +83,7 @@ def load(path: str | Path | None = None, device: str = "cpu", precision: str = "
     from . import checkpoint
     if path is None:
         path = latest_run()
-    prec = precision if device != "cpu" else "fp32"
-    return LanguageModel(checkpoint.load(path), device, prec)
+    return LanguageModel(checkpoint.load(path), device, precision)
 
 
 def latest_run(root: str | Path = "runs") -> Path:

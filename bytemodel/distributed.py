@@ -373,7 +373,7 @@ class DataParallel:
     """The training runner over ranks: this rank's slice of the batch (further split over CPU
     threads by CoreParallel), gradients summed over ranks, and the optimizer (sharded or not).
 
-    The loop calls loss_and_grad on its rows (`rows`), then grad_norm / grad_norm_device, the
+    The loop calls loss_and_grad on its rows (`rows`), then grad_norm_device, the
     optimizer's step, mean_loss for the metric, host_moments to save.
     """
 
@@ -389,7 +389,7 @@ class DataParallel:
         self.single = isinstance(world, Single)
         self.shard = shard and not self.single
         self._blas = None
-        if world.local_size > 1 and model.ops.name.startswith("numpy"):
+        if world.local_size > 1 and model.ops.cpu_threads:
             workers, self._blas = self._share_cores(workers)
         if self.shard:
             self._pad_buffers()
@@ -401,12 +401,8 @@ class DataParallel:
         per_rank = cores()
         if per_rank >= (os.cpu_count() or 1):          # not pinned by the launcher
             per_rank = max(1, per_rank // self.world.local_size)
-        limiter = None
-        try:
-            from threadpoolctl import threadpool_limits
-            limiter = threadpool_limits(limits=per_rank, user_api="blas")
-        except ImportError:
-            pass
+        from threadpoolctl import threadpool_limits        # a core dependency
+        limiter = threadpool_limits(limits=per_rank, user_api="blas")
         return workers or min(per_rank, MAX_DEFAULT_WORKERS), limiter
 
     def _pad_buffers(self):
@@ -460,16 +456,8 @@ class DataParallel:
     def _local_grads(self):
         return self.gshard if self.shard else self.model.grads
 
-    def grad_norm(self) -> float:
-        """Global gradient norm as a float (waits for the device)."""
-        from .optim import global_norm
-        if not self.shard:
-            return global_norm(self.ops, self.model.grads)
-        sq = np.array([global_norm(self.ops, self.gshard) ** 2])
-        return float(np.sqrt(self.world.allreduce(sq, "the gradient-norm all-reduce")[0]))
-
     def grad_norm_device(self):
-        """Global gradient norm as a 0-d device array (the run-ahead path; no host wait)."""
+        """Global gradient norm as a 0-d array (ops.global_norm; no host wait)."""
         norm = self.ops.global_norm(self._local_grads())
         if not self.shard:
             return norm

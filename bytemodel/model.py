@@ -137,11 +137,9 @@ class Model:
         return self._rope[key]
 
     def weights(self) -> dict:
-        """Views of the weights the forward pass computes with (a cast copy on some backends)."""
-        cw = getattr(self.ops, "compute_weights", None)
-        if cw is None:
-            return self.p
-        return views(cw(self.params), self.cfg)
+        """Views of the weights the forward pass computes with (ops.compute_weights: the master
+        buffer itself, or a cast copy)."""
+        return views(self.ops.compute_weights(self.params), self.cfg)
 
     def head(self, W):
         """The LM head as an (in, out) matrix and its gradient view."""
@@ -149,30 +147,49 @@ class Model:
             return W["wte"].T, self.g["wte"].T
         return W["lm_head"], self.g["lm_head"]
 
+    # ------------------------------------------------------------------ one layer
+    def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0):
+        """Layer i: x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x)). x (N, C) -> (x, saved).
+
+        The one block both passes run: training (cache None; `saved` is what backward needs) and
+        generation (cache = this layer's (keys, values) buffers (B, K, S_max, D): the new keys and
+        values are written at pos..pos+T-1 and the queries attend to all keys 0..pos+T-1).
+        """
+        o, cfg = self.ops, self.cfg
+        H, K = cfg.n_heads, cfg.n_kv_heads
+        p = f"layers.{i}."
+        h1, n1 = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)       # (N, C)
+        qkv = o.matmul_forward(h1, W[p + "wqkv"])                              # (N, (H+2K)D)
+        q, k, v = o.qkv_rope_forward(qkv, cos, sin, B, T, H, K)                # (B, H|K, T, D)
+        if cache is not None:                                                  # keys 0..S-1
+            kc, vc = cache
+            S = pos + T
+            kc[:, :, pos:S] = k
+            vc[:, :, pos:S] = v
+            k, v = kc[:, :, :S], vc[:, :, :S]
+        a, lse = o.attention_forward(q, k, v)                                  # (B, H, T, D)
+        am = o.merge_heads_forward(a)                                          # (N, H*D)
+        x = o.add(x, o.matmul_forward(am, W[p + "wo"]))                        # residual
+        h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
+        u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
+        s, sw = o.swiglu_forward(u)                                            # (N, F)
+        x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))                     # residual
+        return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s)
+
     # ------------------------------------------------------------------ training passes
     def forward(self, idx, targets):
         """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations."""
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
-        N, C, H, K, D = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        N, C = B * T, cfg.d_model
         W = self.weights()
-        cos, sin = self.rope(T, 0, getattr(o, "act_dtype", self.dtype))
+        cos, sin = self.rope(T, 0, o.activation_dtype(self.dtype))
         acts = []
         x, emb_cache = o.embedding_forward(W["wte"], idx)          # (B, T, C)
         x = x.reshape(N, C)
         for i in range(cfg.n_layers):
-            p = f"layers.{i}."
-            h1, n1 = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)       # (N, C)
-            qkv = o.matmul_forward(h1, W[p + "wqkv"])                              # (N, (H+2K)D)
-            q, k, v = o.qkv_rope_forward(qkv, cos, sin, B, T, H, K)                # (B, H|K, T, D)
-            a, lse = o.attention_forward(q, k, v)                                  # (B, H, T, D)
-            am = o.merge_heads_forward(a)                                          # (N, H*D)
-            x = o.add(x, o.matmul_forward(am, W[p + "wo"]))                        # residual
-            h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
-            u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
-            s, sw = o.swiglu_forward(u)                                            # (N, F)
-            x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))                     # residual
-            acts.append((h1, n1, q, k, v, a, lse, am, h2, n2, sw, s))
+            x, saved = self.block(i, x, W, cos, sin, B, T)
+            acts.append(saved)
         hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)                   # (N, C)
         wh, _ = self.head(W)
         logits = o.matmul_forward(hf, wh)                                          # (N, V)
@@ -234,7 +251,7 @@ class Model:
     def new_cache(self, B: int, S: int):
         """Per-layer key/value buffers (B, K, S, D) for generation."""
         cfg, xp = self.cfg, self.xp
-        dt = getattr(self.ops, "act_dtype", self.dtype)
+        dt = self.ops.activation_dtype(self.dtype)
         shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
         return [(xp.zeros(shape, dtype=dt), xp.zeros(shape, dtype=dt)) for _ in range(cfg.n_layers)]
 
@@ -247,9 +264,9 @@ class Model:
         """
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
-        N, C, H, K, D = B * T, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        N, C = B * T, cfg.d_model
         W = self.weights() if W is None else W
-        dt = getattr(o, "act_dtype", self.dtype)
+        dt = o.activation_dtype(self.dtype)
         if pos + T <= cfg.context:  # one table for the whole context, sliced: no per-token tables
             cos, sin = self.rope(cfg.context, 0, dt)
             cos, sin = cos[pos:pos + T], sin[pos:pos + T]
@@ -257,19 +274,8 @@ class Model:
             cos, sin = self.rope(T, pos, dt)
         x, _ = o.embedding_forward(W["wte"], idx)
         x = x.reshape(N, C)
-        S = pos + T
         for i in range(cfg.n_layers):
-            p = f"layers.{i}."
-            kc, vc = cache[i]
-            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], cfg.norm_eps)
-            q, k, v = o.qkv_rope_forward(o.matmul_forward(h1, W[p + "wqkv"]), cos, sin, B, T, H, K)
-            kc[:, :, pos:S] = k
-            vc[:, :, pos:S] = v
-            a, _ = o.attention_forward(q, kc[:, :, :S], vc[:, :, :S])
-            x = o.add(x, o.matmul_forward(o.merge_heads_forward(a), W[p + "wo"]))
-            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)
-            s, _ = o.swiglu_forward(o.matmul_forward(h2, W[p + "w_gateup"]))
-            x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))
+            x, _ = self.block(i, x, W, cos, sin, B, T, cache[i], pos)
         hf, _ = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
         wh, _ = self.head(W)
         logits = o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)

@@ -1,13 +1,11 @@
-"""AdamW over the flat parameter buffer, the learning-rate schedule, clipping and loss scaling.
+"""AdamW over the flat parameter buffer, the learning-rate schedule and loss scaling.
 
-Everything is written with the backend's array module `xp`, so it runs unchanged on NumPy and
-CuPy; a backend may offer a fused `adamw_step` / `global_norm`, which are then used instead.
+The arithmetic of a step (clipping included) is the backend's `adamw_step` op, whose reference is
+numpy_ops.adamw_step; AdamW here holds the state (both moments, the step count, the decay mask).
 """
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 
 def lr_at(step: int, max_lr: float, warmup: int, total: int, min_ratio: float = 0.1) -> float:
@@ -18,15 +16,6 @@ def lr_at(step: int, max_lr: float, warmup: int, total: int, min_ratio: float = 
         return max_lr
     t = min(1.0, (step - warmup) / max(1, total - warmup))
     return max_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
-
-
-def global_norm(ops, grads) -> float:
-    """sqrt(sum g^2) over the whole flat gradient buffer, as a Python float (inf/nan pass through)."""
-    fused = getattr(ops, "global_norm", None)
-    if fused is not None:
-        return float(fused(grads))
-    g = grads.astype(np.float64, copy=False) if grads.dtype != np.float64 else grads
-    return float(ops.xp.sqrt(ops.xp.dot(g, g)))
 
 
 class AdamW:
@@ -46,35 +35,13 @@ class AdamW:
         self.t = 0                             # number of steps taken (for bias correction)
 
     def step(self, lr: float, grad_scale: float = 1.0, clip: float = 0.0, norm=None) -> None:
-        """One update with gradients multiplied by grad_scale first (unscaling and clipping).
-
-        clip, norm: only with a backend's fused adamw_step, which then clips by the device-side
-        norm (a 0-d array from ops.global_norm) and skips the update if it is not finite, with no
-        wait for the host. Without the hook the caller clips through grad_scale.
-        """
+        """One update (ops.adamw_step): gradients times grad_scale (undoing the loss scale); with
+        norm (ops.global_norm of the gradients) also clipped to clip and, if the norm is not
+        finite, skipped, all without the host reading the norm."""
         self.t += 1
-        p, g = self.model.params, self.model.grads
-        fused = getattr(self.ops, "adamw_step", None)
-        if fused is not None:
-            fused(p, g, self.m, self.v, self.mask, lr=lr, beta1=self.b1, beta2=self.b2,
-                  eps=self.eps, weight_decay=self.wd, step=self.t, grad_scale=grad_scale,
-                  clip=clip, norm=norm)
-            return
-        if norm is not None:
-            raise ValueError("device-side clipping needs a backend with adamw_step")
-        xp = self.xp
-        if grad_scale != 1.0:
-            g = g * p.dtype.type(grad_scale)
-        b1, b2 = self.b1, self.b2
-        self.m *= b1
-        self.m += (1 - b1) * g
-        self.v *= b2
-        self.v += (1 - b2) * (g * g)
-        c1 = 1 - b1 ** self.t
-        c2 = 1 - b2 ** self.t
-        upd = (self.m / c1) / (xp.sqrt(self.v / c2) + self.eps)
-        upd += self.wd * self.mask * p
-        p -= p.dtype.type(lr) * upd
+        self.ops.adamw_step(self.model.params, self.model.grads, self.m, self.v, self.mask, lr=lr,
+                            beta1=self.b1, beta2=self.b2, eps=self.eps, weight_decay=self.wd,
+                            step=self.t, grad_scale=grad_scale, clip=clip, norm=norm)
 
     def state(self) -> dict:
         return {"t": self.t}

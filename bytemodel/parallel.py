@@ -8,7 +8,8 @@ held to cores // workers threads per worker meanwhile (one on a 2-core machine):
 multithreaded BLAS calls at once oversubscribe the cores, which on small matrices is many times
 slower. By default there is one worker per core, at most 8 (each holds a gradient buffer).
 
-Used on the CPU backend only; a GPU backend runs the whole batch at once.
+Used where the backend says its ops run on CPU threads (ops.cpu_threads); a GPU backend runs
+the whole batch at once.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 
 MAX_DEFAULT_WORKERS = 8  # each worker holds a full gradient buffer: more cores go to BLAS threads
@@ -38,18 +40,12 @@ class CoreParallel:
     def __init__(self, model, workers: int | None = None):
         self.model = model
         self.workers = max(1, workers or default_workers())
-        if model.ops.name != "numpy":
+        if not model.ops.cpu_threads:    # a GPU backend runs the whole batch at once
             self.workers = 1
         self.replicas = [model] + [model.replica() for _ in range(self.workers - 1)]
         self.pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
-        self._limiter = None
         self._blas_threads = max(1, cores() // self.workers)   # the cores left to each worker
-        if self.workers > 1:
-            try:
-                from threadpoolctl import ThreadpoolController
-                self._limiter = ThreadpoolController()
-            except ImportError:  # still correct, only slower
-                self._limiter = None
+        self._limiter = ThreadpoolController() if self.workers > 1 else None
 
     def _slices(self, B):
         n = min(self.workers, B)

@@ -2,7 +2,10 @@
 
 Exact resume: the sampler is a pure function of (seed, step) and the checkpoint holds the weights,
 both AdamW moments, the optimizer's step count and the loss scale, so k steps + resume to n gives
-the same weights, bit for bit, as n steps straight (on the same machine and backend).
+the same weights, bit for bit, as n steps straight (shown on the CPU backend, on one machine).
+
+One path for every backend: the loop calls the op table (ops.global_norm, ops.adamw_step,
+ops.fetch_async) and never asks which device it runs on.
 
 Ctrl-C: the first press asks the loop to stop after the current step, save and exit; a second
 press interrupts at once (the last saved checkpoint is still intact: saves are atomic).
@@ -262,12 +265,12 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
     bar = _Progress(progress, tc.steps, step)
     interrupted = False
     t_last, tok_since = time.perf_counter(), 0
-    # A GPU backend with fused AdamW and fetch_async runs "ahead": step s is queued on the device
-    # before step s-1's loss and norm are read on the host, so the GPU never waits for Python.
-    # The clip and the skip of a non-finite step happen on the device; the loss scale follows the
-    # host's reading one step late. Steps that end at a validation/checkpoint are settled first,
-    # so what is saved is exactly the state after that step.
-    ahead = getattr(ops, "fetch_async", None) is not None and getattr(ops, "adamw_step", None) is not None
+    # The loop runs "ahead": step s is queued before step s-1's loss and norm are read, so a GPU
+    # never waits for Python (on the CPU the values are simply ready). The gradient norm, the
+    # clip and the skip of a non-finite step happen in the backend (ops.global_norm,
+    # ops.adamw_step); the loss scale follows the host's reading one step late. Steps that end
+    # at a validation/checkpoint are settled first, so what is saved is exactly the state after
+    # that step.
 
     def launch(s):
         """Queue step s (0-based) and return what settle() needs to read its outcome."""
@@ -277,27 +280,15 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
         losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale)  # summed over ranks
         lr = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
         ntok = tc.batch_size * T                    # the whole batch, over all ranks
-        if ahead:
-            norm_dev = runner.grad_norm_device()
-            opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm_dev)
-            copied = ops.fetch_async(runner.mean_loss(losses), norm_dev)
-
-            def fetch():
-                loss, norm_scaled = copied()
-                return loss, norm_scaled / scale
-            return s, fetch, ntok
-        loss_dev = runner.mean_loss(losses)
-        norm = runner.grad_norm() / scale           # one wait for the device per step
-        loss = float(loss_dev)
-        if math.isfinite(norm) and math.isfinite(loss):
-            clip = min(1.0, tc.grad_clip / (norm + 1e-6)) if tc.grad_clip > 0 else 1.0
-            opt.step(lr, grad_scale=clip / scale)
-        return s, (lambda: (loss, norm)), ntok
+        norm = runner.grad_norm_device()            # of the scaled gradients; no host wait
+        opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm)
+        return s, ops.fetch_async(runner.mean_loss(losses), norm), scale, ntok
 
     def settle(pending):
         """Read a launched step's loss and gradient norm; update the loss scale; -> (loss, norm, tokens)."""
-        s, fetch, ntok = pending
-        loss, norm = fetch()
+        s, fetch, scale, ntok = pending
+        loss, norm_scaled = fetch()
+        norm = norm_scaled / scale
         finite = math.isfinite(norm) and math.isfinite(loss)
         if not scaler.update(finite) and not scaler.enabled:
             raise BytemodelError(f"training diverged at step {s} (loss {loss}); try a lower --lr")
@@ -333,8 +324,8 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
                 finish(step - 1, *settle(pending), boundary=False)
                 pending = None
             boundary = step % tc.eval_every == 0 or step == tc.steps or stop.set
-            if boundary or not ahead:
-                finish(step, *settle(launched), boundary=boundary)
+            if boundary:
+                finish(step, *settle(launched), boundary=True)
             else:
                 pending = launched
             if stop.set:

@@ -5,7 +5,7 @@ import numpy as np
 
 from bytemodel.config import ModelConfig
 from bytemodel.model import Model
-from bytemodel.optim import AdamW, LossScaler, global_norm, lr_at
+from bytemodel.optim import AdamW, LossScaler, lr_at
 from bytemodel.ops import numpy_ops
 
 
@@ -36,9 +36,25 @@ def test_adamw_first_step_by_hand():
 
 
 def test_global_norm():
-    g = np.array([3.0, 4.0, 0.0])
-    assert global_norm(numpy_ops, g) == 5.0
-    assert math.isinf(global_norm(numpy_ops, np.array([1.0, np.inf])))
+    g = np.array([3.0, 4.0, 0.0], dtype=np.float32)
+    assert float(numpy_ops.global_norm(g)) == 5.0
+    assert math.isinf(float(numpy_ops.global_norm(np.array([1.0, np.inf]))))
+
+
+def test_adamw_clips_by_the_norm_and_skips_a_non_finite_step():
+    p = np.array([1.0, -2.0, 0.5])
+    g = np.array([30.0, 40.0, 0.0])             # norm 50 at loss scale 10: 5 unscaled
+    m, v, mask = np.zeros(3), np.zeros(3), np.ones(3)
+    numpy_ops.adamw_step(p, g, m, v, mask, 0.1, 0.9, 0.95, 1e-8, 0.0, 1, grad_scale=0.1, clip=1.0,
+                         norm=numpy_ops.global_norm(g))
+    gc = g * 0.1 * (1.0 / (5.0 + 1e-6))          # unscaled, then clipped to norm 1
+    np.testing.assert_allclose(m, 0.1 * gc, rtol=1e-12)
+    np.testing.assert_allclose(v, 0.05 * gc * gc, rtol=1e-12)
+    before = (p.copy(), m.copy(), v.copy())
+    bad = np.array([1.0, np.nan, 0.0])
+    numpy_ops.adamw_step(p, bad, m, v, mask, 0.1, 0.9, 0.95, 1e-8, 0.0, 2, clip=1.0,
+                         norm=numpy_ops.global_norm(bad))
+    assert all(np.array_equal(a, b) for a, b in zip((p, m, v), before))   # skipped: nothing changed
 
 
 def test_loss_scaler_skips_on_overflow_and_recovers():

@@ -1,68 +1,57 @@
-"""The training loop's "run a step ahead" mode (used with the GPU backend), exercised on the CPU.
-
-AheadOps is numpy_ops plus the three hooks the CUDA backend offers (global_norm as a 0-d array,
-a fused adamw_step that clips and skips on its own, fetch_async), written with the same
-arithmetic as the plain path. The loop then queues step s before reading step s-1, and must end
-with exactly the weights of the plain loop: same batches, same clipping, saves taken at settled
-steps.
-"""
-import math
-import types
-
+"""The training loop has one path for every backend: it queues step s before reading step s-1's
+loss and norm (ops.fetch_async), and clips/skips inside ops.adamw_step. On the CPU it must end
+with exactly the weights of a plain loop written out here from the same parts (batches, forward
+and backward, global norm, clip, AdamW), and saves must hold settled steps."""
 import numpy as np
 
 import bytemodel
 from bytemodel import checkpoint as ck
+from bytemodel.config import preset
+from bytemodel.corpus import open_corpus, sample_batch
+from bytemodel.model import Model
 from bytemodel.ops import numpy_ops
+from bytemodel.optim import AdamW, lr_at
 
 
-def ahead_ops():
-    ops = types.SimpleNamespace(**{k: getattr(numpy_ops, k) for k in dir(numpy_ops) if not k.startswith("__")})
-    ops.name = "numpy-ahead"
-    fetched = []
-
-    def global_norm(grads):
-        g = grads.astype(np.float64)
-        return np.array(np.sqrt(np.dot(g, g)))
-
-    def adamw_step(params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay, step,
-                   grad_scale=1.0, clip=0.0, norm=None):
-        n = float(norm) * grad_scale
-        if not math.isfinite(n):
-            return                                          # skipped "on the device"
-        factor = min(1.0, clip / (n + 1e-6)) if clip > 0 else 1.0
-        g = grads * params.dtype.type(grad_scale * factor)
-        m *= beta1
-        m += (1 - beta1) * g
-        v *= beta2
-        v += (1 - beta2) * (g * g)
-        upd = (m / (1 - beta1 ** step)) / (np.sqrt(v / (1 - beta2 ** step)) + eps)
-        upd += weight_decay * decay_mask * params
-        params -= params.dtype.type(lr) * upd
-
-    def fetch_async(*arrays):
-        fetched.append(len(arrays))
-        vals = tuple(float(a) for a in arrays)
-        return lambda: vals
-
-    ops.global_norm, ops.adamw_step, ops.fetch_async = global_norm, adamw_step, fetch_async
-    return ops, fetched
+def plain_loop(run_dir, tc, steps):
+    """A straight loop with no run-ahead: read each step's norm on the host, clip, step."""
+    corpus = open_corpus(run_dir)
+    cfg = preset(tc["preset"], 257, **{**tc["model"], "context": tc["context"]})
+    model = Model(cfg, numpy_ops)
+    model.init_weights(tc.get("seed", 0))
+    opt = AdamW(model, betas=(0.9, 0.95), weight_decay=0.1)
+    for s in range(steps):
+        x, y = sample_batch(corpus.train, tc["batch_size"], cfg.context, tc.get("seed", 0), s)
+        model.grads[...] = 0
+        model.loss_and_grad(x, y)
+        g = model.grads.astype(np.float64)
+        norm = float(np.sqrt(g @ g))
+        c = min(1.0, 1.0 / (norm + 1e-6))      # clip at the default grad_clip 1.0
+        opt.t += 1
+        lr = lr_at(s, 2e-3, tc["warmup"], steps)
+        numpy_ops.adamw_step(model.params, model.grads, opt.m, opt.v, opt.mask, lr, 0.9, 0.95, 1e-8,
+                             0.1, opt.t, grad_scale=c)
+    return model.params, opt.m
 
 
-def test_ahead_loop_matches_the_plain_loop(tmp_path, dna_file, fast_settings, monkeypatch):
+def test_the_loop_matches_a_plain_loop(tmp_path, dna_file, fast_settings, monkeypatch):
     settings = {**fast_settings, "workers": 1, "eval_every": 4}
-    plain = bytemodel.train(dna_file, tmp_path / "plain", steps=10, **settings)
-    ops, fetched = ahead_ops()
-    monkeypatch.setattr("bytemodel.training.get_backend", lambda device, precision: ops)
-    ahead = bytemodel.train(dna_file, tmp_path / "ahead", steps=10, **settings)
-    assert len(fetched) == 10                               # the ahead path really ran
-    a, b = ck.load(plain.checkpoint), ck.load(ahead.checkpoint)
-    assert np.array_equal(a.params, b.params) and np.array_equal(a.m, b.m)
-    assert [h["step"] for h in ahead.history] == list(range(1, 11))        # every step recorded, in order
-    assert [h["loss"] for h in ahead.history] == [h["loss"] for h in plain.history]
-    assert ahead.val_bpb == plain.val_bpb
+    fetched = []
+    real_fetch = numpy_ops.fetch_async
+
+    def counting_fetch(*arrays):
+        fetched.append(len(arrays))
+        return real_fetch(*arrays)
+    monkeypatch.setattr(numpy_ops, "fetch_async", counting_fetch)
+    r = bytemodel.train(dna_file, tmp_path / "run", steps=10, **settings)
+    assert fetched == [2] * 10                               # every step read through fetch_async
+    params, m = plain_loop(tmp_path / "run", settings, 10)
+    got = ck.load(r.checkpoint)
+    assert np.array_equal(got.params, params) and np.array_equal(got.m, m)
+    assert [h["step"] for h in r.history] == list(range(1, 11))             # every step recorded, in order
     # a stop between validations settles the queued step first and saves exactly that state
     stopped = bytemodel.train(dna_file, tmp_path / "stopped", steps=10, stop_at=6, **settings)
     assert stopped.step == 6 and ck.load(stopped.checkpoint).train["step"] == 6
+    assert [h["loss"] for h in stopped.history] == [h["loss"] for h in r.history[:6]]
     resumed = bytemodel.train(None, tmp_path / "stopped", resume=True)
-    assert np.array_equal(ck.load(resumed.checkpoint).params, b.params)
+    assert np.array_equal(ck.load(resumed.checkpoint).params, got.params)

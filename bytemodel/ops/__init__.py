@@ -1,11 +1,43 @@
-"""Backends: modules (or objects) with the same op names and signatures.
+"""Backends, and the op table every backend defines: the only place the device shows.
 
-numpy_ops is the reference and runs everywhere. The CUDA backend (cuda_ops) needs CuPy and an
-NVIDIA GPU; it is imported only when asked for, so the CPU path never needs CuPy.
+A backend is a module (numpy_ops, the reference, runs everywhere) or an object (cuda_ops.CudaBackend,
+needs CuPy and an NVIDIA GPU; imported only when asked for, so the CPU path never needs CuPy). Each
+defines exactly the names below with numpy_ops' signatures; the model, the optimizer and the
+training loop call them and never ask which device they run on. tests/test_op_table.py checks
+both backends against this list.
 """
 from __future__ import annotations
 
 from ..errors import ConfigError
+
+OPS = (
+    # the layers, each a forward/backward pair (shapes in numpy_ops.py)
+    "embedding_forward", "embedding_backward",
+    "rmsnorm_forward", "rmsnorm_backward",
+    "matmul_forward", "matmul_backward",
+    "rope_forward", "rope_backward",
+    "qkv_rope_forward", "qkv_rope_backward",
+    "merge_heads_forward", "merge_heads_backward",
+    "attention_forward", "attention_backward",
+    "swiglu_forward", "swiglu_backward",
+    "cross_entropy_forward", "cross_entropy_backward",
+    "add",                      # the residual stream's update
+    "log_softmax",              # sampling and scoring
+    # arrays and precision
+    "asarray", "to_numpy",      # host arrays in, host arrays out
+    "activation_dtype",         # the dtype activations (and the KV cache, RoPE tables) use
+    "compute_weights",          # the master buffer as the forward pass reads it (maybe a cast copy)
+    # the optimizer and the loop, over the flat buffers
+    "global_norm",              # 0-d array, no wait for the host
+    "adamw_step",               # clip and skip of a non-finite step included
+    "fetch_async",              # read 0-d results later, so the loop can run a step ahead
+)
+ATTRIBUTES = (
+    "name",                     # "numpy", "cuda"
+    "xp",                       # the array module (numpy, cupy)
+    "cpu_threads",              # True: batch slices may run on CPU threads (parallel.CoreParallel)
+)
+REFERENCE_ONLY = ("rope_tables",)  # host-side helpers of numpy_ops (RoPE tables are made on the host)
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "fp16", "bf16")

@@ -18,11 +18,12 @@ K kv heads, D head dim, F d_ff, V vocab, N = B*T rows.
 Accumulation: every d<param> argument is an fp32 view into the flat gradient buffer and is
 accumulated into (+=); activation gradients are returned fresh.
 
-Hooks for the optimizer and training loop (called when present, see docs/GPU.md):
+The op table's flat-buffer entries (bytemodel.ops.OPS; see docs/GPU.md), here without a host wait:
     compute_weights(flat_fp32) -> flat buffer in the compute dtype (a cast copy)
     global_norm(grads) -> 0-d fp32 device array, the L2 norm (inf/nan if any gradient is)
     adamw_step(params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay, step,
                grad_scale=1.0, clip=0.0, norm=None)   one launch over the flat buffer
+    fetch_async(*arrays) -> a function giving their values (pinned copies, an event)
 """
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ class CudaBackend:
 
     name = "cuda"
     xp = cp
+    cpu_threads = False  # one device runs the whole batch
 
     def __init__(self, precision: str = "fp16", flash: bool = True):
         if precision not in _MACRO:
@@ -144,6 +146,10 @@ class CudaBackend:
 
     def to_numpy(self, a):
         return cp.asnumpy(a)
+
+    def activation_dtype(self, master_dtype):
+        """The dtype activations are computed in: the precision's (fp16, bf16, fp32)."""
+        return self.act_dtype
 
     def _act(self, a):
         """A C-contiguous array of the activation dtype."""

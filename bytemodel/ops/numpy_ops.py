@@ -324,7 +324,10 @@ def log_softmax(logits):
 
 
 # ----------------------------------------------------------------------------------------------
-# the backend's array plumbing (the CUDA backend overrides these)
+# arrays and precision: the host is the device, nothing to copy or cast
+
+cpu_threads = True  # batch slices may run on CPU threads (parallel.CoreParallel)
+
 
 def asarray(a, dtype=None):
     return np.asarray(a, dtype=dtype)
@@ -332,3 +335,59 @@ def asarray(a, dtype=None):
 
 def to_numpy(a):
     return np.asarray(a)
+
+
+def activation_dtype(master_dtype):
+    """The dtype activations are computed in: the master weights' own (float32, float64)."""
+    return np.dtype(master_dtype)
+
+
+def compute_weights(flat):
+    """flat master buffer (P,) -> the buffer the forward pass computes with: itself."""
+    return flat
+
+
+# ----------------------------------------------------------------------------------------------
+# the optimizer's ops over the flat buffers, and reading results back
+
+def global_norm(grads):
+    """grads (P,) -> 0-d float64: sqrt(sum grads^2), summed in float64; inf/nan pass through."""
+    g = grads.astype(np.float64, copy=False)
+    return np.sqrt(np.dot(g, g))
+
+
+def adamw_step(params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay, step,
+               grad_scale=1.0, clip=0.0, norm=None):
+    """One AdamW step (Loshchilov & Hutter) over flat buffers (P,), in place; the reference.
+
+        g  = grads * grad_scale * c    c = min(1, clip / (|g| + 1e-6)) when clip > 0, else 1
+        m  = beta1 m + (1 - beta1) g             v = beta2 v + (1 - beta2) g^2
+        p -= lr (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + lr wd mask p
+
+    grad_scale undoes the loss scale; norm is global_norm(grads) of the scaled gradients, so the
+    unscaled norm |g| is norm * grad_scale. A norm that is not finite skips the step (changes
+    nothing). Weight decay applies where decay_mask is 1 (the matrices, not the gains).
+    """
+    factor = 1.0
+    if norm is not None:
+        n = float(norm) * grad_scale
+        if not math.isfinite(n):
+            return
+        if clip > 0:
+            factor = min(1.0, clip / (n + 1e-6))
+    mult = grad_scale * factor
+    g = grads if mult == 1.0 else grads * params.dtype.type(mult)
+    m *= beta1
+    m += (1 - beta1) * g
+    v *= beta2
+    v += (1 - beta2) * (g * g)
+    upd = (m / (1 - beta1 ** step)) / (np.sqrt(v / (1 - beta2 ** step)) + eps)
+    upd += weight_decay * decay_mask * params
+    params -= params.dtype.type(lr) * upd
+
+
+def fetch_async(*arrays):
+    """Values of 0-d arrays (a loss, a norm) as floats, through a function: on the host they are
+    ready at once (the GPU backend starts a copy here and waits only when the function is called)."""
+    vals = tuple(float(a) for a in arrays)
+    return lambda: vals
