@@ -12,18 +12,20 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 
-def _folder(name: str) -> Path:
+def _folder(name: str, marker: str) -> Path:
+    """The first of bytemodel/<name>, <checkout>/<name> that holds `marker` (a left-over empty
+    folder does not count)."""
     for d in (PACKAGE / name, PACKAGE.parent / name):
-        if d.is_dir():
+        if (d / marker).is_file():
             return d
     return PACKAGE / name  # missing: errors then name the installed location
 
 
 def gpu_dir() -> Path:
     """The CUDA C sources (*.cu, *.cuh), compiled at run time by NVRTC."""
-    return _folder("gpu")
+    return _folder("gpu", "common.cuh")
 
 
 def datasets_dir() -> Path:
     """The dataset catalogue (catalogue.json), its recipe script and the shipped samples."""
-    return _folder("datasets")
+    return _folder("datasets", "catalogue.json")
