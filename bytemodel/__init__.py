@@ -49,7 +49,7 @@ class LanguageModel:
         from .ops import get_backend
         self.cfg, self.tokenizer, self.path = loaded.cfg, loaded.tokenizer, loaded.path
         self.train_state = loaded.train
-        self.model = Model(self.cfg, get_backend(device, precision))
+        self.model = Model(self.cfg, get_backend(device, precision, strict=False))
         self.model.load_flat(loaded.params)
 
     def generate(self, n_bytes: int = 4096, prompt: bytes | str = b"", temperature: float = 1.0,

@@ -141,22 +141,7 @@ def checkpoint_identity(lm) -> dict:
 
 def backend_info(model) -> dict:
     """The device, precision and numerical libraries that computed the probabilities."""
-    ops = model.ops
-    if ops.name == "numpy":
-        info = {"device": "cpu", "precision": "fp32", "numpy": np.__version__}
-        try:
-            from threadpoolctl import threadpool_info
-            blas = [f"{d.get('internal_api')} {d.get('version')} {d.get('architecture')}"
-                    for d in threadpool_info() if d.get("user_api") == "blas"]
-            info["blas"] = blas[0] if blas else "unknown"
-        except ImportError:
-            info["blas"] = "unknown"
-        return info
-    import cupy
-    dev = cupy.cuda.Device()
-    name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
-    return {"device": "cuda", "precision": ops.precision, "gpu": name.decode() if isinstance(name, bytes) else str(name),
-            "sm_count": int(dev.attributes["MultiProcessorCount"]), "cupy": cupy.__version__}
+    return model.ops.describe()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +162,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         return
     A, V = tok.doc_id, tok.vocab_size          # the alphabet: byte and merge ids, not the specials
     xp, ops = model.xp, model.ops
-    cpu = ops.name == "numpy"
+    cpu = ops.cpu_threads                       # lanes may run on CPU threads
     bounds = [(a, min(a + lane, S)) for a in range(0, S, lane)]
     n_workers = max(1, min(len(bounds), workers or _cores())) if cpu else 1
     replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
@@ -252,7 +237,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     check_window(W, model.cfg.context)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
-    device = "cpu" if model.ops.name == "numpy" else "cuda"
+    device = model.ops.describe()["device"]
     S0, lane0 = default_layout(n, W, device)
     S = S0 if streams is None else int(streams)
     if S < 0 or (n and S < 1):

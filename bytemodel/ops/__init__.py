@@ -24,6 +24,7 @@ OPS = (
     "add",                      # the residual stream's update
     "log_softmax",              # sampling and scoring
     # arrays and precision
+    "describe",                 # {"device", "precision", library versions} for records
     "asarray", "to_numpy",      # host arrays in, host arrays out
     "activation_dtype",         # the dtype activations (and the KV cache, RoPE tables) use
     "compute_weights",          # the master buffer as the forward pass reads it (maybe a cast copy)
@@ -62,13 +63,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def get_backend(device: str = "cpu", precision: str = "fp32"):
-    """The ops for a device: numpy_ops on the CPU, the CUDA backend on a GPU."""
+def get_backend(device: str = "cpu", precision: str = "fp32", strict: bool = True):
+    """The ops for a device: numpy_ops on the CPU, the CUDA backend on a GPU.
+
+    strict=False (loading a model to use it, where precision is a GPU option): on the CPU, which
+    computes in fp32 only, another precision becomes fp32 instead of an error.
+    """
     device = resolve_device(device)
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if device == "cpu":
-        if precision != "fp32":
+        if precision != "fp32" and strict:
             raise ConfigError("the CPU backend computes in fp32 only (use --precision fp32)")
         from . import numpy_ops
         return numpy_ops

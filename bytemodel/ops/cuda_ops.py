@@ -147,6 +147,14 @@ class CudaBackend:
     def to_numpy(self, a):
         return cp.asnumpy(a)
 
+    def describe(self) -> dict:
+        """What computes here: device, precision, the GPU and the CuPy version."""
+        dev = cp.cuda.Device()
+        name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"]
+        return {"device": "cuda", "precision": self.precision,
+                "gpu": name.decode() if isinstance(name, bytes) else str(name),
+                "sm_count": int(dev.attributes["MultiProcessorCount"]), "cupy": cp.__version__}
+
     def activation_dtype(self, master_dtype):
         """The dtype activations are computed in: the precision's (fp16, bf16, fp32)."""
         return self.act_dtype

@@ -337,6 +337,15 @@ def to_numpy(a):
     return np.asarray(a)
 
 
+def describe() -> dict:
+    """What computes here: device, precision and the numerical libraries (recorded beside results
+    that depend on them, such as a compressed file's probabilities)."""
+    from threadpoolctl import threadpool_info
+    blas = [f"{d.get('internal_api')} {d.get('version')} {d.get('architecture')}"
+            for d in threadpool_info() if d.get("user_api") == "blas"]
+    return {"device": "cpu", "precision": "fp32", "numpy": np.__version__, "blas": blas[0] if blas else "unknown"}
+
+
 def activation_dtype(master_dtype):
     """The dtype activations are computed in: the master weights' own (float32, float64)."""
     return np.dtype(master_dtype)
