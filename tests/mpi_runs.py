@@ -24,12 +24,3 @@ r = bytemodel.train(data, out / "zero", steps=10, workers=1, shard_optimizer=Tru
 assert r.interrupted and r.step == 6, (world.rank, r.step)
 # 3. a run that one process started (stopped at step 4), resumed here on 2 ranks, sharded
 bytemodel.train(None, out / "grow", resume=True, shard_optimizer=True)
-# 4. the run-ahead loop (the GPU's path: norm and clip on the "device", loss read a step late),
-#    on NumPy stand-in ops, sharded: the same run as 1. again
-sys.path.insert(0, str(Path(__file__).parent))
-from test_train_ahead import ahead_ops  # noqa: E402
-from bytemodel import training  # noqa: E402
-ops, fetched = ahead_ops()
-training.get_backend = lambda device, precision: ops
-bytemodel.train(data, out / "ahead", steps=10, workers=1, shard_optimizer=True, **FAST)
-assert len(fetched) == 10, fetched
