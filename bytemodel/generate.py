@@ -5,6 +5,11 @@ Generator seeded by `seed`: the same seed gives the same bytes. Temperature 0 is
 
 When the cache is full (context tokens), the last context/2 tokens are re-read into a fresh cache
 (positions restart at 0), so the model always sees windows like those it was trained on.
+
+Several samples (samples=N) run as one batch: the prompt is read once and its cache copied to
+every sample; sample i draws from np.random.default_rng(seed + i). On the GPU the step runs on
+the device (ops/cuda_decode.py: sampling there too, a CUDA graph per step); the host only reads
+the sampled ids, in chunks.
 """
 from __future__ import annotations
 
@@ -59,38 +64,187 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
 
 
+def rng_states(seed: int, n: int) -> np.ndarray:
+    """(n, 4) uint64: the PCG64 state of np.random.default_rng(seed + i), as [state hi, state lo,
+    increment hi, increment lo]: where the GPU sampler's streams start (the CPU's generators)."""
+    out = np.empty((n, 4), dtype=np.uint64)
+    m64 = (1 << 64) - 1
+    for i in range(n):
+        st = np.random.default_rng(seed + i).bit_generator.state["state"]
+        s, inc = st["state"], st["inc"]
+        out[i] = [s >> 64, s & m64, inc >> 64, inc & m64]
+    return out
+
+
+class _Outputs:
+    """Per-sample bytes, fed histories and the stop rules, shared by the host and device loops."""
+
+    def __init__(self, tokenizer, n: int, n_bytes: int, history: list[int], stop_at_doc_end: bool, on_bytes):
+        self.tok, self.n_bytes, self.stop, self.on_bytes = tokenizer, n_bytes, stop_at_doc_end, on_bytes
+        self.out = [bytearray() for _ in range(n)]
+        self.hist = [list(history) for _ in range(n)]   # every id fed to the model, per sample
+        self.done = [n_bytes == 0] * n
+
+    def take(self, i: int, tok: int) -> None:
+        self.hist[i].append(tok)
+        if self.done[i]:
+            return
+        if tok == self.tok.doc_id and self.stop:
+            self.done[i] = True
+            return
+        out = self.out[i]
+        chunk = self.tok.vocab[tok][: self.n_bytes - len(out)]
+        out += chunk
+        if self.on_bytes is not None and chunk:
+            self.on_bytes(chunk)
+        if len(out) >= self.n_bytes:
+            self.done[i] = True
+
+    def need(self) -> int:
+        """At most this many more tokens are needed by any sample (a token is >= 1 byte, and
+        one more for a document separator that gives none)."""
+        return max((self.n_bytes - len(o) for o, d in zip(self.out, self.done) if not d), default=0) + 1
+
+    def result(self, samples: int):
+        return bytes(self.out[0]) if samples == 1 else [bytes(o) for o in self.out]
+
+
 def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b"", temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_at_doc_end: bool = False,
-             on_bytes=None, speculative: bool = False, stats=None) -> bytes:
-    """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes.
+             on_bytes=None, speculative: bool = False, stats=None, samples: int = 1, engine: str = "auto"):
+    """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes,
+    or with samples > 1 a list of that many independent samples drawn in one batched pass.
 
     The prompt is not included in the output. An empty prompt starts a new document.
-    on_bytes(chunk) is called with each produced chunk (for streaming output).
+    on_bytes(chunk) is called with each produced chunk (for streaming output; one sample only).
+    Sample i draws from np.random.default_rng(seed + i), on the CPU and the GPU alike.
     speculative: draft with the model's multi-token heads and verify in blocks (speculative.py);
     the same distribution as plain sampling, fewer forward passes. stats: a SpecStats to fill.
+    engine: "auto" (the backend's on-device decoder where it has one that takes the model: the
+    GPU, gpu/decode.cu), "host" (the cached forward, sampling on the host), "device".
     """
     if n_bytes < 0:
         raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise ConfigError(f"samples must be a positive integer, got {samples!r}")
+    if samples > 1 and (on_bytes is not None or speculative):
+        raise ConfigError("streaming output and speculative decoding take one sample at a time")
+    if engine not in ("auto", "host", "device"):
+        raise ConfigError(f"unknown engine {engine!r}; choose auto, host or device")
     _check_sampling(temperature, top_k, top_p)
-    rng = np.random.default_rng(seed)
     history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
-    out = bytearray()
+    outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:
-        return b""
+        return outs.result(samples)
+    from .ops import device_decoder
+    dec = device_decoder(model.ops) if engine != "host" and not speculative else None
+    if dec is not None and dec.supports(model.cfg, tokenizer.vocab_size) is None:
+        _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed)
+        return outs.result(samples)
+    if engine == "device":
+        raise ConfigError("no on-device decoder for this backend or model")
+    if samples > 1:
+        _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed)
+        return outs.result(samples)
+    rng = np.random.default_rng(seed)
     if speculative:
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size)
     else:
         ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size)
     for nxt in ids:
-        if nxt == tokenizer.doc_id and stop_at_doc_end:
+        outs.take(0, nxt)
+        if outs.done[0]:
             break
-        chunk = tokenizer.vocab[nxt][: n_bytes - len(out)]
-        out += chunk
-        if on_bytes is not None and chunk:
-            on_bytes(chunk)
-        if len(out) >= n_bytes:
-            break
-    return bytes(out)
+    return outs.result(1)
+
+
+def _start(history: list[int], T: int) -> list[int]:
+    """The ids a (re)start reads: the whole history if it fits the context, else the last T/2."""
+    return history[-(T // 2 if len(history) > T else T):]
+
+
+def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
+    """The cached forward on the backend, sampling on the host (NumPy Generators)."""
+    ops, cfg = model.ops, model.cfg
+    V, T = tokenizer.vocab_size, cfg.context
+    rngs = [np.random.default_rng(seed + i) for i in range(N)]
+    W = model.weights()  # once per call, not per token (a cast copy on some backends)
+
+    def prefill(rows):
+        """rows (B, n) ids, B = 1 (then shared by all N samples) or N."""
+        cache = model.new_cache(len(rows), T)
+        logits = model.forward_cached(ops.asarray(np.array(rows, dtype=np.int64)), cache, 0, W)
+        if len(rows) < N:     # one shared prompt: copy its cache to every sample
+            big = model.new_cache(N, T)
+            for (kb, vb), (k1, v1) in zip(big, cache):
+                kb[...] = k1
+                vb[...] = v1
+            cache = big
+        lg = ops.to_numpy(logits[:, -1, :V]).astype(np.float64)
+        return cache, len(rows[0]), np.broadcast_to(lg, (N, V))
+
+    cache, pos, logits = prefill([_start(outs.hist[0], T)])
+    while True:
+        nxt = [sample_next(logits[i], rngs[i], temperature, top_k, top_p) if not outs.done[i] else 0
+               for i in range(N)]
+        for i in range(N):
+            outs.take(i, nxt[i])
+        if all(outs.done):
+            return
+        if pos >= T:  # cache full: re-read the recent half into a fresh cache
+            cache, pos, logits = prefill([h[-(T // 2):] for h in outs.hist])
+            continue
+        lg = model.forward_cached(ops.asarray(np.array(nxt, dtype=np.int64)[:, None]), cache, pos, W)
+        pos += 1
+        logits = ops.to_numpy(lg[:, -1, :V]).astype(np.float64)
+
+
+def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, seed):
+    """The on-device decoder: sampling and the model step stay on the GPU (a CUDA graph per
+    step for small batches); the host reads the sampled ids in chunks."""
+    ops, cfg = model.ops, model.cfg
+    T = cfg.context
+    W = model.weights()
+    d = dec.Decoder(model, N, tokenizer.vocab_size, seed, temperature, top_k, top_p)
+
+    def prefill(rows):
+        ids = ops.asarray(np.array(rows, dtype=np.int64))
+        if len(rows) == N:
+            lg = d.run_prefill(lambda: model.forward_cached(ids, d.cache, 0, W))
+        else:   # one shared prompt: run it once, copy its cache to every sample
+            def one():
+                c1 = model.new_cache(1, T)
+                out = model.forward_cached(ids, c1, 0, W)
+                for (kb, vb), (k1, v1) in zip(d.cache, c1):
+                    kb[...] = k1
+                    vb[...] = v1
+                return out
+            lg = d.run_prefill(one)
+        d.begin(lg[:, -1, :], len(rows[0]), W)
+        return len(rows[0])
+
+    pos = prefill([_start(outs.hist[0], T)])
+    t, chunk = 0, 8
+    while True:
+        k = min(chunk, T - pos, outs.need())
+        full = k <= 0
+        if full:     # the cache is full: one more token from the last logits, then a restart
+            d.sample_only()
+            k = 1
+        else:
+            d.step(k)
+            pos += k
+        toks = d.tokens(t, t + k)
+        t += k
+        chunk = min(2 * chunk, 256)
+        for j in range(k):
+            for i in range(N):
+                outs.take(i, int(toks[i, j]))
+        if all(outs.done):
+            return
+        if full:
+            pos = prefill([h[-(T // 2):] for h in outs.hist])
+            t = 0
 
 
 def score(model: Model, tokenizer: Tokenizer, data: bytes) -> dict:

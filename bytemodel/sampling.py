@@ -34,7 +34,11 @@ def sampling_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> n
 
 
 def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0) -> int:
-    """logits (V,) float64 over the real vocabulary -> one id."""
+    """logits (V,) float64 over the real vocabulary -> one id.
+
+    Generator.choice(V, p=p) draws u = rng.random() (one double) and returns the first id whose
+    normalised cumulative probability exceeds u; the GPU sampler (gpu/decode.cu) does the same
+    from the same PCG64 state, so both devices share the seed semantics."""
     if temperature == 0:
         return int(np.argmax(logits))
     p = sampling_probs(logits, temperature, top_k, top_p)

@@ -85,3 +85,63 @@ def test_stop_at_document_end(lm, monkeypatch):
     assert lm.generate(100, stop_at_doc_end=True) == b"AAAA"
     calls.clear()
     assert lm.generate(100, stop_at_doc_end=False) == b"A" * 100
+
+
+def test_sample_next_is_one_uniform_and_the_cdf():
+    """sample_next (Generator.choice) draws u = rng.random() and takes the first id whose
+    normalised cumulative probability exceeds u: the rule the GPU sampler implements from the
+    same PCG64 state (gpu/decode.cu), so both devices share the seed semantics."""
+    from bytemodel.sampling import sampling_probs
+    r = np.random.default_rng(1)
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    for kw in [{}, {"top_k": 5}, {"top_p": 0.8, "temperature": 0.7}]:
+        for _ in range(100):
+            logits = r.standard_normal(257) * 3
+            cdf = np.cumsum(sampling_probs(logits, **kw))
+            cdf /= cdf[-1]
+            assert sample_next(logits, a, **kw) == int(np.searchsorted(cdf, b.random(), side="right"))
+
+
+def test_pcg64_arithmetic_of_the_gpu_sampler():
+    """gpu/decode.cu advances each stream's PCG64 state with 64-bit halves (hi, lo); the same
+    arithmetic written here in Python gives NumPy's Generator.random() doubles."""
+    from bytemodel.generate import rng_states
+    M64 = (1 << 64) - 1
+    MH, ML = 2549297995355413924, 4865540595714422341
+    for seed in (0, 1, 12345):
+        sh, sl, ih, il = (int(v) for v in rng_states(seed, 1)[0])
+        want = np.random.default_rng(seed).random(20)
+        for w in want:
+            lo = (sl * ML) & M64
+            hi = ((sl * ML >> 64) + sl * MH + sh * ML) & M64
+            lo2 = (lo + il) & M64
+            hi = (hi + ih + (lo2 < lo)) & M64
+            sh, sl = hi, lo2
+            xr, rot = hi ^ lo2, hi >> 58
+            out = ((xr >> rot) | (xr << ((64 - rot) & 63))) & M64
+            assert (out >> 11) * 2.0 ** -53 == w
+
+
+def test_samples_batched(lm):
+    outs = lm.generate(120, seed=3, samples=4)
+    assert isinstance(outs, list) and len(outs) == 4 and all(len(o) == 120 for o in outs)
+    assert outs == lm.generate(120, seed=3, samples=4)     # same seed, same batch: same bytes
+    assert len(set(outs)) > 1                               # independent streams
+    # longer than the context: every sample restarts from its own recent half
+    long = lm.generate(2 * lm.cfg.context + 5, prompt=b"AC", seed=1, samples=3)
+    assert [len(o) for o in long] == [2 * lm.cfg.context + 5] * 3
+
+
+def test_samples_greedy_agree_with_one(lm):
+    """Greedy draws nothing: every sample of a batch is the single greedy continuation (a batched
+    row is the same product as a lone one up to float32 rounding, far below the logit gaps of
+    this model)."""
+    one = lm.generate(80, prompt=b"ACGT", temperature=0)
+    assert lm.generate(80, prompt=b"ACGT", temperature=0, samples=3) == [one] * 3
+
+
+def test_bad_samples(lm):
+    with pytest.raises(ConfigError):
+        lm.generate(10, samples=0)
+    with pytest.raises(ConfigError):
+        lm.generate(10, samples=2, on_bytes=print)

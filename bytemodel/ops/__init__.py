@@ -79,3 +79,12 @@ def get_backend(device: str = "cpu", precision: str = "fp32", strict: bool = Tru
         return numpy_ops
     from .cuda_ops import CudaBackend
     return CudaBackend(precision)
+
+
+def device_decoder(ops):
+    """The backend's on-device decoder module (bytemodel.ops.cuda_decode) or None, in which case
+    generation samples on the host (the NumPy backend)."""
+    if getattr(ops, "name", "") != "cuda":
+        return None
+    from . import cuda_decode
+    return cuda_decode

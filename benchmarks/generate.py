@@ -1,0 +1,239 @@
+"""Generation speed: bytemodel against Hugging Face transformers `generate` on the identical model.
+
+The same random-init weights (preset shape, seed 0) run in both: ours through `generate`, theirs
+as a `LlamaForCausalLM` with the weights copied across (each matrix transposed, wqkv split into
+q/k/v, w_gateup into gate/up; rms_norm_eps, rope_theta, head_dim from our config; the copy is
+checked by comparing logits). Both sample at temperature 1 from the full distribution after a
+64-byte prompt, for a fixed number of new tokens (no early stop).
+
+Reported per (device, preset, side, batch N): time to first byte (in process, warm: a call that
+makes one token) and aggregate tokens/s over the whole call (N samples x new tokens / seconds,
+set-up, prefill and, for ours, the weight transposes and graph capture included).
+Start-up from the command line (`--startup`): `bytemodel generate --bytes 1` wall time in a fresh
+process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
+
+    python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
+    PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
+
+On the CPU, as in cpu_generate.py, the two sides are measured in separate processes (two
+numerical runtimes in one process fight over the cores), alternating, median of --rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from bytemodel.config import preset
+from bytemodel.generate import generate
+from bytemodel.model import Model
+from bytemodel.tokenizer import Tokenizer
+
+PROMPT = bytes(range(32, 96))
+
+
+def our_model(name, device, precision):
+    from bytemodel.ops import get_backend
+    cfg = preset(name)
+    m = Model(cfg, get_backend(device, precision))
+    m.init_weights(0)
+    return m
+
+
+def sync(device):
+    if device == "cuda":
+        import cupy as cp
+        cp.cuda.Device().synchronize()
+
+
+def time_ours(name, device, precision, tokens, samples, engine="auto"):
+    m = our_model(name, device, precision)
+    tok = Tokenizer()
+    generate(m, tok, 2, PROMPT, seed=0, samples=samples, engine=engine)   # compile, warm up
+    sync(device)
+    t = time.perf_counter()
+    generate(m, tok, 1, PROMPT, seed=0, engine=engine)
+    sync(device)
+    ttfb = time.perf_counter() - t
+    t = time.perf_counter()
+    out = generate(m, tok, tokens, PROMPT, seed=0, samples=samples, engine=engine)
+    sync(device)
+    dt = time.perf_counter() - t
+    assert sum(len(o) for o in (out if samples > 1 else [out])) == tokens * samples
+    return ttfb, tokens * samples / dt, (tokens - 1) * samples / (dt - ttfb)
+
+
+def hf_model(name, device, dtype):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from bytemodel.model import views
+    cfg = preset(name)
+    ours = Model(cfg)
+    ours.init_weights(0)
+    W = views(ours.params, cfg)
+    C, F, H, K, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    hc = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=C, intermediate_size=F, num_hidden_layers=cfg.n_layers,
+                     num_attention_heads=H, num_key_value_heads=K, head_dim=D,
+                     max_position_embeddings=cfg.context, rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
+                     tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False,
+                     hidden_act="silu", bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    hm = LlamaForCausalLM(hc)
+    sd = {"model.embed_tokens.weight": W["wte"], "model.norm.weight": W["norm_f"]}
+    if not cfg.tie_embeddings:
+        sd["lm_head.weight"] = W["lm_head"].T
+    for i in range(cfg.n_layers):
+        p, q = f"layers.{i}.", f"model.layers.{i}."
+        qkv = W[p + "wqkv"]
+        sd.update({q + "input_layernorm.weight": W[p + "attn_norm"],
+                   q + "self_attn.q_proj.weight": qkv[:, :H * D].T,
+                   q + "self_attn.k_proj.weight": qkv[:, H * D:(H + K) * D].T,
+                   q + "self_attn.v_proj.weight": qkv[:, (H + K) * D:].T,
+                   q + "self_attn.o_proj.weight": W[p + "wo"].T,
+                   q + "post_attention_layernorm.weight": W[p + "mlp_norm"],
+                   q + "mlp.gate_proj.weight": W[p + "w_gateup"][:, :F].T,
+                   q + "mlp.up_proj.weight": W[p + "w_gateup"][:, F:].T,
+                   q + "mlp.down_proj.weight": W[p + "w_down"].T})
+    missing, unexpected = hm.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()},
+                                             strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    # the copy is right: the same logits as our NumPy forward on the same ids
+    ids = np.random.default_rng(0).integers(0, 256, (1, 40))
+    want = ours.forward_cached(ids, ours.new_cache(1, 40), 0)
+    with torch.no_grad():
+        got = hm(torch.from_numpy(ids)).logits.numpy()
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-4, err
+    return hm.to(device=device, dtype=dtype).eval(), err
+
+
+def time_hf(name, device, tokens, samples, static=False):
+    import torch
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    hm, err = hf_model(name, device, dtype)
+    ids = torch.tensor([[256] + list(PROMPT)], device=device).repeat(samples, 1)
+    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0)
+    if static:
+        kw["cache_implementation"] = "static"
+
+    def run(n):
+        with torch.inference_mode():
+            out = hm.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        assert out.shape == (samples, ids.shape[1] + n)
+
+    run(4)
+    run(4)      # (static: compile happens in the first calls)
+    t = time.perf_counter()
+    run(1)
+    ttfb = time.perf_counter() - t
+    t = time.perf_counter()
+    run(tokens)
+    dt = time.perf_counter() - t
+    return ttfb, tokens * samples / dt, (tokens - 1) * samples / (dt - ttfb), err
+
+
+def startup(ckpt, device, precision, cache_dir):
+    env = dict(os.environ, CUPY_CACHE_DIR=cache_dir)
+    cmd = [sys.executable, "-m", "bytemodel.cli", "generate", "-c", ckpt, "--bytes", "1", "--device", device,
+           "--precision", precision, "--prompt", PROMPT.decode()]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    return time.perf_counter() - t
+
+
+def child(args):
+    """One measurement in this process; prints a JSON line."""
+    kind, name, n = args.child.split(":")
+    n = int(n)
+    if kind.startswith("ours-g"):     # several steps per CUDA graph
+        from bytemodel.ops import cuda_decode
+        cuda_decode.GRAPH_STEPS = int(kind[6:])
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "ours":
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "host":
+        r = time_ours(name, args.device, args.precision, args.tokens, n, engine="host")
+    else:
+        r = time_hf(name, args.device, args.tokens, n, static=(kind == "hf-static"))[:3]
+    print(json.dumps(r))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--precision", default="fp16")
+    ap.add_argument("--presets", default="small,base")
+    ap.add_argument("--samples", default="1,16,256")
+    ap.add_argument("--tokens", type=int, default=0, help="new tokens per sample (default: 3/4 of the context)")
+    ap.add_argument("--hf", action="store_true", help="also time transformers generate (eager, static)")
+    ap.add_argument("--hf-static", action="store_true", help="also the static cache (compiled) on the GPU")
+    ap.add_argument("--host-loop", action="store_true", help="also the pre-decoder loop (engine='host'), N = 1")
+    ap.add_argument("--startup", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--graph-steps", type=int, default=0, help="also ours with this many steps per graph")
+    ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    if args.device == "cpu":
+        args.precision = "fp32"
+    if args.child:
+        return child(args)
+    rows = []
+    print("| device | preset | side | N | new tokens | first byte ms | tokens/s (call) | tokens/s (after 1st) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.presets.split(","):
+        tokens = args.tokens or preset(name).context * 3 // 4
+        a = argparse.Namespace(**vars(args))
+        a.tokens = tokens
+        sides = [("ours", int(n)) for n in args.samples.split(",")]
+        if args.host_loop:
+            sides.append(("host", 1))
+        if args.hf:
+            sides += [("hf", int(n)) for n in args.samples.split(",") if int(n) <= 16]
+        if args.hf_static:
+            sides += [("hf-static", 1)]
+        if args.graph_steps:
+            sides += [(f"ours-g{args.graph_steps}", int(n)) for n in args.samples.split(",") if int(n) <= 16]
+        if args.only:
+            sides = [s for s in sides if s[0].split("-g")[0] in args.only.split(",")]
+        for kind, n in sides:
+            tk = tokens if kind not in ("host",) else min(tokens, 128)
+            vals = []
+            for _ in range(args.rounds):
+                cmd = [sys.executable, __file__, "--child", f"{kind}:{name}:{n}", "--device", args.device,
+                       "--precision", args.precision, "--tokens", str(tk)]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode:
+                    print(f"{kind} {name} N={n} failed: {r.stderr.strip().splitlines()[-1:]}", flush=True)
+                    break
+                vals.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            if vals:
+                ttfb = statistics.median(v[0] for v in vals)
+                tps = statistics.median(v[1] for v in vals)
+                after = statistics.median(v[2] for v in vals)
+                rows.append((name, kind, n, tk, ttfb, tps, after))
+                print(f"| {args.device} {args.precision} | {name} | {kind} | {n} | {tk} | {ttfb * 1e3:,.1f} | "
+                      f"{tps:,.0f} | {after:,.0f} |", flush=True)
+    if args.startup:
+        from bytemodel import checkpoint
+        for name in args.presets.split(","):
+            m = our_model(name, "cpu", "fp32")
+            with tempfile.TemporaryDirectory() as d:
+                ck = os.path.join(d, "m.safetensors")
+                checkpoint.save(ck, m.cfg, Tokenizer(), m.ops.to_numpy(m.params))
+                cache = os.path.join(d, "cupy-cache")
+                cold = startup(ck, args.device, args.precision, cache)
+                warm = startup(ck, args.device, args.precision, cache)
+                print(f"startup {args.device} {name}: cold cache {cold:.2f} s, warm cache {warm:.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""GPU decoding: B sequences, one token each per step, over a KV cache (kernels: gpu/decode.cu).
+
+A step (sample from the current logits, feed the sampled ids through every layer, write new
+logits) is a fixed sequence of launches that reads the cache position from device memory, so it
+is captured once as a CUDA graph and replayed; the host reads nothing between steps. Sampling
+(temperature, top-k, top-p) runs on the device with the CPU's seed semantics: sequence i draws
+from the PCG64 stream of np.random.default_rng(seed + i), one double per sampled token, as
+Generator.choice does on the CPU (see generate.py).
+
+Products are warp-per-output dot products over transposed weight copies (made once per Decoder);
+no cuBLAS, so nothing stops the capture. Batches above GRAPH_MAX_BATCH use the backend's own
+cached forward (cuBLAS, FlashAttention) for the model and these kernels only to sample.
+
+Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import cupy as cp
+
+from .cuda_ops import _module
+
+GRAPH_MAX_BATCH = 16           # above this the per-step host cost is spread over many sequences
+GRAPH_STEPS = 1                # steps captured per graph (a launch replays this many)
+SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
+ATTN_HEAD_DIMS = (16, 32, 64, 128, 256)
+_THREADS = 256
+_FILE = "decode.cu"
+
+
+def supports(cfg, vocab: int) -> str | None:
+    """None if the decode kernels take this model, else the reason they do not."""
+    C, F, H, K, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    if C % 8 or F % 8 or (H * D) % 8:
+        return "d_model, d_ff and n_heads * head_dim must be multiples of 8"
+    if D not in ATTN_HEAD_DIMS:
+        return f"head dim {D} is not one of {ATTN_HEAD_DIMS}"
+    if vocab > SAMPLE_MAX_VOCAB:
+        return f"vocabulary {vocab} is larger than {SAMPLE_MAX_VOCAB}"
+    return None
+
+
+def _rows(B: int) -> int:
+    return 1 if B == 1 else 2 if B == 2 else 4 if B <= 4 else 8
+
+
+class Sampler:
+    """The device sampler alone: logits (B, ld) fp32 -> ids, with per-sequence PCG64 streams."""
+
+    def __init__(self, backend, vocab: int, B: int, seed: int, cap: int):
+        self.ops, self.V, self.B, self.cap = backend, vocab, B, cap
+        self.P2 = 1 << max(1, (vocab - 1).bit_length())
+        from ..generate import rng_states
+        self.rng = cp.asarray(rng_states(seed, B))
+        self.ids = cp.zeros((B,), dtype=cp.int32)
+        self.out = cp.zeros((B, cap), dtype=cp.int32)
+        self.fn = _module(_FILE, backend.precision).get_function("dec_sample")
+        self.smem = vocab * 8 + self.P2 * 8
+        if self.smem > 48 * 1024 and self.fn.max_dynamic_shared_size_bytes < self.smem:
+            self.fn.max_dynamic_shared_size_bytes = self.smem
+
+    def __call__(self, logits, state, temperature: float, top_k: int, top_p: float) -> None:
+        self.fn((self.B,), (_THREADS,),
+                (logits, np.int32(logits.shape[-1]), np.int32(self.V), np.int32(self.P2),
+                 np.float32(temperature), np.int32(top_k), np.float64(top_p), self.rng, self.ids,
+                 self.out, np.int32(self.cap), state), shared_mem=self.smem)
+
+
+class Decoder:
+    """Decoding state for B sequences of one model: transposed weights, KV cache, buffers, graph.
+
+    Usage (the driver is bytemodel.generate): load logits into `logits` (B, V) and the position
+    into `state[0]`, then `step()` any number of times (each samples one token per sequence into
+    out[:, state[1]] and advances the model by it), reading `sampler.out` when needed.
+    """
+
+    def __init__(self, model, B: int, vocab: int, seed: int, temperature: float, top_k: int,
+                 top_p: float, graph: bool | None = None):
+        ops, cfg = model.ops, model.cfg
+        why = supports(cfg, vocab)
+        if why:
+            raise ValueError(why)
+        self.model, self.ops, self.cfg, self.B = model, ops, cfg, B
+        self.sampling = (float(temperature), int(top_k), float(top_p))
+        self.use_graph = (B <= GRAPH_MAX_BATCH) if graph is None else graph
+        S = cfg.context
+        C, F, H, K, D, Vm = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size
+        # the graph path replays on its own stream (capture needs one); the cuBLAS path stays on
+        # the null stream, where the backend's cuBLAS handle runs
+        self.stream = cp.cuda.Stream(non_blocking=True) if self.use_graph else cp.cuda.Stream.null
+        # buffers and weight copies are made on the null stream, then waited for
+        self.cache = model.new_cache(B, S)
+        self.state = cp.zeros((4,), dtype=cp.int32)
+        self.logits = cp.zeros((B, Vm), dtype=cp.float32)
+        self.sampler = Sampler(ops, vocab, B, seed, S + 1)
+        if self.use_graph:
+            self._kernel_setup(model, B, S, C, F, H, K, D, Vm)
+        cp.cuda.Stream.null.synchronize()
+        self._graphs = {}
+
+    # ------------------------------------------------------------------ the kernel path
+    def _kernel_setup(self, model, B, S, C, F, H, K, D, Vm):
+        cfg = self.cfg
+        W = model.weights()
+        t = lambda a: cp.ascontiguousarray(a.T)                      # noqa: E731  (in, out) -> (out, in)
+        self.layers = []
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            self.layers.append(dict(g1=W[p + "attn_norm"], wqkv=t(W[p + "wqkv"]), wo=t(W[p + "wo"]),
+                                    g2=W[p + "mlp_norm"], wgu=t(W[p + "w_gateup"]), wd=t(W[p + "w_down"])))
+        self.wte = W["wte"]
+        self.head = W["wte"] if cfg.tie_embeddings else t(W["lm_head"])  # (V, C) either way
+        self.g_f = W["norm_f"]
+        from . import numpy_ops
+        cos, sin = numpy_ops.rope_tables(np.arange(S), D, cfg.rope_theta, np.float32)
+        self.cos, self.sin = cp.asarray(cos), cp.asarray(sin)
+        self.x = cp.zeros((B, C), dtype=cp.float32)
+        self.q = cp.zeros((B, H, D), dtype=cp.float32)
+        self.att = cp.zeros((B, H * D), dtype=cp.float32)
+        self.s = cp.zeros((B, F), dtype=cp.float32)
+        # attention splits: enough blocks to cover the SMs twice, at least 64 keys per split
+        sms = self.ops.sm_count
+        max_splits = max(1, math.ceil(S / 64))
+        self.NS = max(1, min(max_splits, math.ceil(2 * sms / (B * H))))
+        self.CH = math.ceil(S / self.NS)
+        self.part = cp.zeros((B * H * self.NS * (D + 2),), dtype=cp.float32)
+        self.tickets = cp.zeros((B * H,), dtype=cp.int32)
+        R = _rows(B)
+        while R > 1 and R * max(C, F, H * D) * 4 > 160 * 1024:
+            R //= 2
+        self.R = R
+        mod = _module(_FILE, self.ops.precision)
+        self.k_qkv = mod.get_function(f"dec_qkv_r{R}")
+        self.k_proj = mod.get_function(f"dec_proj_r{R}")
+        self.k_gu = mod.get_function(f"dec_gateup_r{R}")
+        self.k_attn = mod.get_function(f"dec_attn_d{D}")
+        self.smem = {"C": R * C * 4, "F": R * F * 4, "A": R * H * D * 4}
+        for fn in (self.k_qkv, self.k_proj, self.k_gu):
+            need = max(self.smem.values())
+            if need > 48 * 1024 and fn.max_dynamic_shared_size_bytes < need:
+                fn.max_dynamic_shared_size_bytes = need
+        self.scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+
+    def _launch_model(self):
+        """Feed sampler.ids through the model at state[0]: logits, then pos += 1, t += 1."""
+        cfg, B = self.cfg, self.B
+        C, F, H, K, D, Vm = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size
+        S, eps, null = cfg.context, np.float32(cfg.norm_eps), np.uint64(0)
+        i32 = np.int32
+        wb = lambda n: ((n + 7) // 8,)                               # noqa: E731  one warp per item
+        for i, L in enumerate(self.layers):
+            kc, vc = self.cache[i]
+            ids = self.sampler.ids if i == 0 else null
+            self.k_qkv(wb((H + 2 * K) * D // 2), (_THREADS,),
+                       (self.x, self.x if i == 0 else null, ids, self.wte, L["g1"], L["wqkv"], self.cos,
+                        self.sin, self.q, kc, vc, self.state, i32(B), i32(C), i32(H), i32(K), i32(D),
+                        i32(S), eps), shared_mem=self.smem["C"])
+            self.k_attn((B * H, self.NS), (128,),
+                        (self.q, kc, vc, self.part, self.tickets, self.att, self.state, i32(H), i32(K),
+                         i32(S), i32(self.CH), np.float32(self.scale_log2)))
+            self.k_proj(wb(C), (_THREADS,), (self.att, L["wo"], self.x, null, i32(B), i32(H * D), i32(C),
+                                             i32(1), eps, null), shared_mem=self.smem["A"])
+            self.k_gu(wb(F), (_THREADS,), (self.x, L["g2"], L["wgu"], self.s, i32(B), i32(C), i32(F), eps),
+                      shared_mem=self.smem["C"])
+            self.k_proj(wb(C), (_THREADS,), (self.s, L["wd"], self.x, null, i32(B), i32(F), i32(C),
+                                             i32(1), eps, null), shared_mem=self.smem["F"])
+        self.k_proj(wb(Vm), (_THREADS,), (self.x, self.head, self.logits, self.g_f, i32(B), i32(C), i32(Vm),
+                                          i32(0), eps, self.state), shared_mem=self.smem["C"])
+
+    def _launch_step(self):
+        self.sampler(self.logits, self.state, *self.sampling)
+        self._launch_model()
+
+    # ------------------------------------------------------------------ the cuBLAS path (large B)
+    def _blas_step(self, pos: int):
+        V = self.logits.shape[1]
+        self.sampler(self.logits, self.state, *self.sampling)
+        lg = self.model.forward_cached(self.sampler.ids.reshape(self.B, 1), self.cache, pos, self._W)
+        self.logits[...] = lg[:, 0, :V]
+        self.state += 1   # pos and t (pos is unused on this path)
+
+    # ------------------------------------------------------------------ driving
+    def begin(self, logits_row, pos: int, W=None):
+        """Start a segment: logits (B, V) or (V,) for every sequence; the cache holds pos tokens."""
+        with self.stream:
+            self.logits[...] = cp.asarray(logits_row, dtype=cp.float32)
+            self.state[...] = cp.asarray(np.array([pos, 0, 0, 0], dtype=np.int32))
+        self._pos = pos
+        self._W = W
+
+    def step(self, n: int = 1) -> None:
+        """n steps: n tokens sampled per sequence, each fed through the model."""
+        with self.stream:
+            while n > 0:
+                if not self.use_graph:
+                    self._blas_step(self._pos)
+                    k = 1
+                elif not getattr(self, "_eager_done", False):
+                    self._launch_step()          # the first step eagerly: modules load, launches checked
+                    self._eager_done = True
+                    k = 1
+                else:
+                    k = GRAPH_STEPS if n >= GRAPH_STEPS else 1
+                    if k not in self._graphs:
+                        self.stream.begin_capture()
+                        for _ in range(k):
+                            self._launch_step()
+                        self._graphs[k] = self.stream.end_capture()
+                    self._graphs[k].launch(self.stream)
+                self._pos += k
+                n -= k
+
+    def sample_only(self) -> None:
+        """Sample one more token per sequence without feeding it (the cache is full)."""
+        with self.stream:
+            self.sampler(self.logits, self.state, *self.sampling)
+
+    def tokens(self, t0: int, t1: int) -> np.ndarray:
+        """(B, t1 - t0) int: the tokens sampled at steps t0..t1-1 of this segment (waits for them)."""
+        with self.stream:
+            out = cp.asnumpy(self.sampler.out[:, t0:t1])
+        return out
+
+    def run_prefill(self, fn):
+        """Run fn() (the backend's cached forward over a prompt, cuBLAS on the null stream) after
+        this decoder's queued work, and queue this decoder's later work after it."""
+        self.stream.synchronize()
+        out = fn()
+        if self.stream is not cp.cuda.Stream.null:
+            ev = cp.cuda.Event(disable_timing=True)
+            ev.record(cp.cuda.Stream.null)
+            self.stream.wait_event(ev)
+        return out
+

@@ -1,0 +1,563 @@
+// Decoding kernels: one new token per sequence per step, over a KV cache (generation).
+//
+// Batch-B decoding is memory bound (B << the weights' width), so every product here is a warp-per-
+// output dot product over weights stored TRANSPOSED, (out, in) row-major: a warp reads one
+// contiguous row with 16-byte loads and reduces with shuffles. No atomics in the products: each
+// output is owned by one warp, so results are deterministic. The residual stream x is fp32 (B, C);
+// q, the attention output and the SwiGLU output are fp32; the KV cache holds act_t.
+//
+// One step (captured once as a CUDA graph and replayed; nothing in it depends on the host):
+//   dec_sample      logits -> ids, out[:, t]             (sampling on the device, see below)
+//   per layer:
+//     dec_qkv       [embedding (layer 0)] + RMSNorm + qkv products + RoPE; q -> fp32 buffer,
+//                   k, v appended to the cache at pos
+//     dec_attn      split-KV attention over cache[0..pos]; the last split block to finish (an
+//                   atomic ticket per (b, h)) merges the splits in a fixed order -> att (B, H*D)
+//     dec_proj      x += att @ wo                       (residual, in place)
+//     dec_gateup    RMSNorm + gate/up products + SwiGLU -> s (B, F)
+//     dec_proj      x += s @ w_down
+//   dec_head        RMSNorm + LM head -> logits (B, V) fp32; pos += 1, t += 1
+//
+// state (int[4] on the device): [0] pos, the cache row this step writes; [1] t, steps done in
+// this segment (the column of `out` the sampler writes).
+//
+// Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
+#include "common.cuh"
+
+#define DEC_WARPS 8
+#define DEC_THREADS (DEC_WARPS * 32)
+#define FULL 0xffffffffu
+
+// Stage rows b0 .. b0+nb-1 of the input into shared memory xs (nb, Cin) fp32: from x (fp32), or
+// from the embedding wte[ids] (layer 0, also written to xw by block 0), then RMSNorm with gain g
+// when g is given: xs = x * (1 / sqrt(mean(x^2) + eps)) * g (the NumPy reference's order).
+template <int R>
+__device__ void stage_rows(float* xs, const float* __restrict__ x, const act_t* __restrict__ wte,
+                           const int* __restrict__ ids, float* xw, int b0, int nb, int Cin,
+                           const act_t* __restrict__ g, float eps) {
+    __shared__ float rs[R];
+    for (int i = threadIdx.x; i < nb * Cin; i += blockDim.x) {
+        int r = i / Cin, c = i - r * Cin;
+        float v;
+        if (ids) {
+            v = to_f(wte[(i64)ids[b0 + r] * Cin + c]);
+            if (xw) xw[(i64)(b0 + r) * Cin + c] = v;
+        } else {
+            v = x[(i64)(b0 + r) * Cin + c];
+        }
+        xs[i] = v;
+    }
+    __syncthreads();
+    if (g) {
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int r = warp; r < nb; r += DEC_WARPS) {
+            float s = 0.f;
+            for (int c = lane; c < Cin; c += 32) { float v = xs[r * Cin + c]; s += v * v; }
+            s = warp_sum(s);
+            if (lane == 0) rs[r] = 1.0f / sqrtf(s / (float)Cin + eps);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < nb * Cin; i += blockDim.x) {
+            int r = i / Cin, c = i - r * Cin;
+            xs[i] = __fmul_rn(__fmul_rn(xs[i], rs[r]), to_f(g[c]));
+        }
+        __syncthreads();
+    }
+}
+
+// A warp's weight row, read before the inputs are staged (so the DRAM latency of the weights
+// overlaps the staging and the RMSNorm): chunk k of lane l is columns l*8 + 256*k; the first NCH
+// chunks live in registers, any further ones (Cin > 256 * NCH) are read in the product loop.
+#define NCH 4
+__device__ __forceinline__ void fetch_row(const act_t* __restrict__ w, int Cin, vec8* wr) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < NCH; k++) {
+        int c = lane * 8 + k * 256;
+        if (c < Cin) wr[k] = *reinterpret_cast<const vec8*>(w + c);
+    }
+}
+
+__device__ __forceinline__ float dot8(const vec8& w, const float* x, float s) {
+    const float4* xp = reinterpret_cast<const float4*>(x);
+    float4 a = xp[0], b = xp[1];
+    s = fmaf(to_f(w.v[0]), a.x, s); s = fmaf(to_f(w.v[1]), a.y, s);
+    s = fmaf(to_f(w.v[2]), a.z, s); s = fmaf(to_f(w.v[3]), a.w, s);
+    s = fmaf(to_f(w.v[4]), b.x, s); s = fmaf(to_f(w.v[5]), b.y, s);
+    s = fmaf(to_f(w.v[6]), b.z, s); s = fmaf(to_f(w.v[7]), b.w, s);
+    return s;
+}
+
+// acc[r] = w . xs[r] over Cin (one warp; Cin % 8 == 0, w 16-byte aligned), warp-reduced;
+// wr holds the row's first NCH chunks (fetch_row)
+template <int R>
+__device__ __forceinline__ void warp_dot(const act_t* __restrict__ w, const vec8* wr, const float* xs, int Cin,
+                                         int nb, float* acc) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+#pragma unroll
+    for (int k = 0; k < NCH; k++) {
+        int c = lane * 8 + k * 256;
+        if (c < Cin) {
+#pragma unroll
+            for (int r = 0; r < R; r++) if (r < nb) acc[r] = dot8(wr[k], xs + r * Cin + c, acc[r]);
+        }
+    }
+    for (int c = lane * 8 + NCH * 256; c < Cin; c += 256) {
+        vec8 wv = *reinterpret_cast<const vec8*>(w + c);
+#pragma unroll
+        for (int r = 0; r < R; r++) if (r < nb) acc[r] = dot8(wv, xs + r * Cin + c, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+}
+
+// ------------------------------------------------------------------------------------------------
+// qkv: x (B, C) [or wte[ids]] -> RMSNorm(g) -> wt ((H+2K)D, C) -> RoPE(q, k) at pos;
+// q -> (B, H, D) fp32, k/v -> cache (B, K, S, D) row pos. A warp item is a pair of outputs:
+// (i, i + D/2) of a q or k head (rotated together), or two adjacent v outputs.
+template <int R>
+__device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* __restrict__ ids,
+                             const act_t* __restrict__ wte, const act_t* __restrict__ g,
+                             const act_t* __restrict__ wt, const float* __restrict__ cosb,
+                             const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
+                             act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
+                             int K, int D, int S, float eps) {
+    extern __shared__ float xs[];
+    const int pos = state[0];
+    const int hd = D / 2;
+    const int n_rot = (H + K) * hd, n_items = (H + 2 * K) * hd;
+    const int item = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    int j1, j2, head, i;
+    if (item < n_rot) {
+        head = item / hd; i = item - head * hd;
+        j1 = head * D + i; j2 = j1 + hd;
+    } else {
+        int v = 2 * (item - n_rot);               // v output index (0 .. K*D-1), even
+        head = v / D; i = v - head * D;
+        j1 = (H + K) * D + v; j2 = j1 + 1;
+    }
+    vec8 w1[NCH], w2[NCH];
+    if (item < n_items) { fetch_row(wt + (i64)j1 * C, C, w1); fetch_row(wt + (i64)j2 * C, C, w2); }
+    for (int b0 = 0; b0 < B; b0 += R) {
+        int nb = min(R, B - b0);
+        stage_rows<R>(xs, x, wte, ids, blockIdx.x == 0 ? xw : nullptr, b0, nb, C, g, eps);
+        if (item < n_items) {
+            float a1[R], a2[R];
+            warp_dot<R>(wt + (i64)j1 * C, w1, xs, C, nb, a1);
+            warp_dot<R>(wt + (i64)j2 * C, w2, xs, C, nb, a2);
+            if (lane < nb) {
+                float u1 = 0.f, u2 = 0.f;
+#pragma unroll
+                for (int r = 0; r < R; r++) if (r == lane) { u1 = a1[r]; u2 = a2[r]; }
+                int b = b0 + lane;
+                if (item < n_rot) {
+                    float cs = cosb[(i64)pos * hd + i], sn = sinb[(i64)pos * hd + i];
+                    float o1 = __fsub_rn(__fmul_rn(u1, cs), __fmul_rn(u2, sn));
+                    float o2 = __fadd_rn(__fmul_rn(u2, cs), __fmul_rn(u1, sn));
+                    if (head < H) {
+                        float* qp = q + ((i64)b * H + head) * D;
+                        qp[i] = o1; qp[i + hd] = o2;
+                    } else {
+                        act_t* kp = kc + (((i64)b * K + (head - H)) * S + pos) * D;
+                        kp[i] = from_f(o1); kp[i + hd] = from_f(o2);
+                    }
+                } else {
+                    act_t* vp = vc + (((i64)b * K + head) * S + pos) * D;
+                    vp[i] = from_f(u1); vp[i + 1] = from_f(u2);
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// out[b, o] (+)= in[b] . wt[o]: the projections that add into the residual stream (wo, w_down)
+// (accumulate = 1) and the LM head (accumulate = 0, RMSNorm(g) on the way in; bumps pos and t).
+template <int R>
+__device__ void dec_proj_impl(const float* __restrict__ in, const act_t* __restrict__ wt, float* out,
+                              const act_t* __restrict__ g, int B, int Cin, int Cout, int accumulate,
+                              float eps, int* state) {
+    extern __shared__ float xs[];
+    const int o = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    vec8 wr[NCH];
+    if (o < Cout) fetch_row(wt + (i64)o * Cin, Cin, wr);
+    for (int b0 = 0; b0 < B; b0 += R) {
+        int nb = min(R, B - b0);
+        stage_rows<R>(xs, in, nullptr, nullptr, nullptr, b0, nb, Cin, g, eps);
+        if (o < Cout) {
+            float acc[R];
+            warp_dot<R>(wt + (i64)o * Cin, wr, xs, Cin, nb, acc);
+            if (lane < nb) {
+                float a = 0.f;
+#pragma unroll
+                for (int r = 0; r < R; r++) if (r == lane) a = acc[r];
+                float* p = out + (i64)(b0 + lane) * Cout + o;
+                *p = accumulate ? __fadd_rn(*p, a) : a;
+            }
+        }
+        __syncthreads();
+    }
+    if (state && blockIdx.x == 0 && threadIdx.x == 0) { state[0] += 1; state[1] += 1; }
+}
+
+// gate/up + SwiGLU: s[b, j] = silu(gate_j) * up_j, gate_j = RMSNorm(x) . wt[j], up_j = . wt[F + j]
+template <int R>
+__device__ void dec_gateup_impl(const float* __restrict__ x, const act_t* __restrict__ g,
+                                const act_t* __restrict__ wt, float* __restrict__ s, int B, int C, int F,
+                                float eps) {
+    extern __shared__ float xs[];
+    const int j = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    vec8 w1[NCH], w2[NCH];
+    if (j < F) { fetch_row(wt + (i64)j * C, C, w1); fetch_row(wt + (i64)(F + j) * C, C, w2); }
+    for (int b0 = 0; b0 < B; b0 += R) {
+        int nb = min(R, B - b0);
+        stage_rows<R>(xs, x, nullptr, nullptr, nullptr, b0, nb, C, g, eps);
+        if (j < F) {
+            float a1[R], a2[R];
+            warp_dot<R>(wt + (i64)j * C, w1, xs, C, nb, a1);
+            warp_dot<R>(wt + (i64)(F + j) * C, w2, xs, C, nb, a2);
+            if (lane < nb) {
+                float ga = 0.f, up = 0.f;
+#pragma unroll
+                for (int r = 0; r < R; r++) if (r == lane) { ga = a1[r]; up = a2[r]; }
+                float sig = 1.0f / (1.0f + expf(-ga));
+                s[(i64)(b0 + lane) * F + j] = __fmul_rn(__fmul_rn(ga, sig), up);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define DEC_GEMV_KERNELS(R)                                                                          \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_qkv_r##R(                             \
+        const float* x, float* xw, const int* ids, const act_t* wte, const act_t* g, const act_t* wt,  \
+        const float* cosb, const float* sinb, float* q, act_t* kc, act_t* vc, const int* state,       \
+        int B, int C, int H, int K, int D, int S, float eps) {                                        \
+    dec_qkv_impl<R>(x, xw, ids, wte, g, wt, cosb, sinb, q, kc, vc, state, B, C, H, K, D, S, eps);    \
+}                                                                                                     \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_proj_r##R(                            \
+        const float* in, const act_t* wt, float* out, const act_t* g, int B, int Cin, int Cout,       \
+        int accumulate, float eps, int* state) {                                                      \
+    dec_proj_impl<R>(in, wt, out, g, B, Cin, Cout, accumulate, eps, state);                           \
+}                                                                                                     \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_gateup_r##R(                          \
+        const float* x, const act_t* g, const act_t* wt, float* s, int B, int C, int F, float eps) {  \
+    dec_gateup_impl<R>(x, g, wt, s, B, C, F, eps);                                                    \
+}
+DEC_GEMV_KERNELS(1)
+DEC_GEMV_KERNELS(2)
+DEC_GEMV_KERNELS(4)
+DEC_GEMV_KERNELS(8)
+
+// ------------------------------------------------------------------------------------------------
+// Attention of one new query per (b, h) over cache keys 0..pos (pos = state[0], the row dec_qkv
+// just wrote), split over gridDim.y blocks of CH keys each. 4 warps; a key is read by LK = D/8
+// lanes (16 bytes each), so a warp takes KW = 32/LK keys at a time, U of them per iteration.
+// Online softmax in base 2 (scale * log2(e) folded into q). Each block leaves (O, m, l) for its
+// split in `part`; the last block of a (b, h) to finish (atomic ticket) merges the splits in split
+// order (deterministic) and writes att[b, h*D:(h+1)*D] = O / l, then resets the ticket.
+template <int D>
+__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ kc,
+                              const act_t* __restrict__ vc, float* part, int* tickets, float* att,
+                              const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
+    constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
+    constexpr int STEP = NW * KW;
+    __shared__ float sm_m[NW * KW], sm_l[NW * KW];
+    __shared__ float sm_o[NW * KW * D];
+    __shared__ int last;
+    const int NS = gridDim.y;
+    const int bh = blockIdx.x, sp = blockIdx.y;
+    const int b = bh / H, h = bh - b * H;
+    const int kh = h / (H / K);
+    const int n = state[0] + 1;
+    const int k0 = sp * CH, k1 = min(n, k0 + CH);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int grp = lane / LK, sub = lane - grp * LK;
+    float qf[8];
+    const float* qp = q + (i64)bh * D + sub * 8;
+#pragma unroll
+    for (int i = 0; i < 8; i++) qf[i] = qp[i] * scale_log2;
+    const act_t* kb = kc + ((i64)b * K + kh) * S * D + sub * 8;
+    const act_t* vb = vc + ((i64)b * K + kh) * S * D + sub * 8;
+    float m = -INFINITY, l = 0.f, o[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = 0.f;
+    for (int w0 = k0 + warp * KW; w0 < k1; w0 += STEP * U) {      // warp-uniform trip count
+        vec8 kv[U], vv[U];
+        float sc[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int key = w0 + grp + u * STEP;
+            if (key < k1) {
+                kv[u] = *reinterpret_cast<const vec8*>(kb + (i64)key * D);
+                vv[u] = *reinterpret_cast<const vec8*>(vb + (i64)key * D);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int key = w0 + grp + u * STEP;
+            float d = 0.f;
+            if (key < k1) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) d = fmaf(qf[i], to_f(kv[u].v[i]), d);
+            }
+#pragma unroll
+            for (int off = LK / 2; off > 0; off >>= 1) d += __shfl_xor_sync(FULL, d, off);
+            sc[u] = key < k1 ? d : -INFINITY;
+        }
+        float mx = m;
+#pragma unroll
+        for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[u]);
+        if (mx > -INFINITY) {
+            float corr = exp2f(m - mx);
+            l *= corr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[i] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (sc[u] > -INFINITY) {
+                    float p = exp2f(sc[u] - mx);
+                    l += p;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) o[i] = fmaf(p, to_f(vv[u].v[i]), o[i]);
+                }
+            }
+            m = mx;
+        }
+    }
+    const int gi = warp * KW + grp;
+    if (sub == 0) { sm_m[gi] = m; sm_l[gi] = l; }
+#pragma unroll
+    for (int i = 0; i < 8; i++) sm_o[gi * D + sub * 8 + i] = o[i];
+    __syncthreads();
+    float* pp = part + ((i64)bh * NS + sp) * (D + 2);
+    for (int t = threadIdx.x; t < D; t += blockDim.x) {
+        float M = -INFINITY;
+        for (int gg = 0; gg < NW * KW; gg++) M = fmaxf(M, sm_m[gg]);
+        float L = 0.f, O = 0.f;
+        if (M > -INFINITY) {
+            for (int gg = 0; gg < NW * KW; gg++) {
+                if (sm_m[gg] > -INFINITY) {
+                    float w = exp2f(sm_m[gg] - M);
+                    L = fmaf(sm_l[gg], w, L);
+                    O = fmaf(sm_o[gg * D + t], w, O);
+                }
+            }
+        }
+        if (NS == 1) {
+            att[(i64)bh * D + t] = O / L;
+        } else {
+            __stcg(pp + t, O);
+            if (t == 0) { __stcg(pp + D, M); __stcg(pp + D + 1, L); }
+        }
+    }
+    if (NS == 1) return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(tickets + bh, 1) == NS - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float* pb = part + (i64)bh * NS * (D + 2);
+    for (int t = threadIdx.x; t < D; t += blockDim.x) {
+        float M = -INFINITY;
+        for (int s = 0; s < NS; s++) M = fmaxf(M, __ldcg(pb + s * (D + 2) + D));
+        float L = 0.f, O = 0.f;
+        for (int s = 0; s < NS; s++) {
+            float ms = __ldcg(pb + s * (D + 2) + D);
+            if (ms > -INFINITY) {
+                float w = exp2f(ms - M);
+                L = fmaf(__ldcg(pb + s * (D + 2) + D + 1), w, L);
+                O = fmaf(__ldcg(pb + s * (D + 2) + t), w, O);
+            }
+        }
+        att[(i64)bh * D + t] = O / L;
+    }
+    if (threadIdx.x == 0) tickets[bh] = 0;
+}
+
+#define DEC_ATTN_KERNEL(D)                                                                            \
+extern "C" __global__ void __launch_bounds__(128) dec_attn_d##D(                                    \
+        const float* q, const act_t* kc, const act_t* vc, float* part, int* tickets, float* att,      \
+        const int* state, int H, int K, int S, int CH, float scale_log2) {                            \
+    dec_attn_impl<D>(q, kc, vc, part, tickets, att, state, H, K, S, CH, scale_log2);                  \
+}
+DEC_ATTN_KERNEL(16)
+DEC_ATTN_KERNEL(32)
+DEC_ATTN_KERNEL(64)
+DEC_ATTN_KERNEL(128)
+DEC_ATTN_KERNEL(256)
+
+// ------------------------------------------------------------------------------------------------
+// Sampling on the device, one block per sequence, with the CPU's rules and seed semantics
+// (bytemodel/generate.py sample_next): z = logits / temperature; top-k keeps z >= the k-th largest;
+// p = softmax(z); top-p keeps the smallest prefix of ids by descending p (ties: lower id first)
+// whose mass reaches top_p; then the id is the first whose normalised cumulative mass (in id
+// order) exceeds u, one uniform double in [0, 1) from the sequence's own PCG64 stream: the draw
+// NumPy's Generator.random() makes, from the state that np.random.default_rng(seed) starts in
+// (so Generator.choice(V, p=p) on the CPU and this kernel use the same u). Probabilities in fp64.
+// Greedy (temperature 0) is the first argmax and draws nothing.
+// rng: (B, 4) uint64 [state_hi, state_lo, inc_hi, inc_lo]; smem: V doubles + 2 * P2 words.
+
+__device__ __forceinline__ double pcg64_next_double(unsigned long long* st) {
+    const unsigned long long MH = 2549297995355413924ULL, ML = 4865540595714422341ULL;
+    unsigned long long sh = st[0], sl = st[1], ih = st[2], il = st[3];
+    unsigned long long lo = sl * ML;
+    unsigned long long hi = __umul64hi(sl, ML) + sl * MH + sh * ML;
+    unsigned long long lo2 = lo + il;
+    hi = hi + ih + (lo2 < lo ? 1ULL : 0ULL);
+    st[0] = hi; st[1] = lo2;
+    unsigned long long xr = hi ^ lo2;
+    unsigned int rot = (unsigned int)(hi >> 58);
+    unsigned long long out = (xr >> rot) | (xr << ((64u - rot) & 63u));
+    return (double)(out >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// exclusive prefix (in thread order) of each thread's `mine`, and the block total
+__device__ void block_prefix(double mine, double* excl, double* total) {
+    __shared__ double ws[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    double v = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) { double t = __shfl_up_sync(FULL, v, o); if (lane >= o) v += t; }
+    if (lane == 31) ws[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        double w = lane < nw ? ws[lane] : 0.0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) { double t = __shfl_up_sync(FULL, w, o); if (lane >= o) w += t; }
+        ws[lane] = w;
+    }
+    __syncthreads();
+    *excl = (warp > 0 ? ws[warp - 1] : 0.0) + v - mine;
+    *total = ws[nw - 1];
+    __syncthreads();
+}
+
+__device__ double block_sum_d(double v) {
+    double e, t;
+    block_prefix(v, &e, &t);
+    return t;
+}
+
+__device__ __forceinline__ bool sort_before(float ka, int ia, float kb, int ib) {
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, int V, int P2,
+                                      float temperature, int top_k, double top_p,
+                                      unsigned long long* rng, int* ids, int* out, int cap,
+                                      const int* __restrict__ state) {
+    extern __shared__ double p[];                       // V
+    float* key = reinterpret_cast<float*>(p + V);       // P2 (sorted logits)
+    int* idx = reinterpret_cast<int*>(key + P2);        // P2 (their ids)
+    __shared__ double su;
+    __shared__ int chosen;
+    __shared__ float bestv[32];
+    __shared__ int besti[32];
+    const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+    const int lane = tid & 31, warp = tid >> 5, nw = (nt + 31) >> 5;
+    const float* lg = logits + (i64)b * ld;
+    const int t = state[1];
+    if (temperature == 0.f) {                           // greedy: first index of the maximum
+        float bv = -INFINITY; int bi = 0x7fffffff;
+        for (int i = tid; i < V; i += nt) { float v = lg[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(FULL, bv, o); int oi = __shfl_xor_sync(FULL, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == 0) { bestv[warp] = bv; besti[warp] = bi; }
+        __syncthreads();
+        if (tid == 0) {
+            for (int w = 1; w < nw; w++) if (bestv[w] > bv || (bestv[w] == bv && besti[w] < bi)) { bv = bestv[w]; bi = besti[w]; }
+            if (bi >= V) bi = 0;                        // all NaN: id 0
+            ids[b] = bi; out[(i64)b * cap + t] = bi;
+        }
+        return;
+    }
+    if (tid == 0) su = pcg64_next_double(rng + 4 * b);
+    const double T = (double)temperature;
+    const bool sorted = (top_k > 0 && top_k < V) || top_p < 1.0;
+    float kth = -INFINITY;
+    if (sorted) {
+        for (int i = tid; i < P2; i += nt) { key[i] = i < V ? lg[i] : -INFINITY; idx[i] = i; }
+        __syncthreads();
+        for (int k = 2; k <= P2; k <<= 1) {                 // bitonic sort, descending (ties: lower id first)
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                for (int i = tid; i < P2; i += nt) {
+                    int ixj = i ^ j;
+                    if (ixj > i) {
+                        bool first = sort_before(key[i], idx[i], key[ixj], idx[ixj]);
+                        if ((i & k) == 0 ? !first : first) {
+                            float tk = key[i]; key[i] = key[ixj]; key[ixj] = tk;
+                            int ti = idx[i]; idx[i] = idx[ixj]; idx[ixj] = ti;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        if (top_k > 0 && top_k < V) kth = key[top_k - 1];
+    }
+    // max of the kept z, then p = exp(z - max) over the kept ids, and the sum
+    float bv = -INFINITY;
+    for (int i = tid; i < V; i += nt) bv = fmaxf(bv, lg[i]);
+    bv = warp_max(bv);
+    if (lane == 0) bestv[warp] = bv;
+    __syncthreads();
+    float mxf = bestv[0];
+    for (int w = 1; w < nw; w++) mxf = fmaxf(mxf, bestv[w]);
+    const double zmax = (double)mxf / T;
+    double part = 0.0;
+    for (int i = tid; i < V; i += nt) {
+        float v = lg[i];
+        double e = v >= kth ? exp((double)v / T - zmax) : 0.0;
+        p[i] = e;
+        part += e;
+    }
+    const double S = block_sum_d(part);                 // (has synced: p is complete)
+    for (int i = tid; i < V; i += nt) p[i] /= S;
+    __syncthreads();
+    const int chunk = (V + nt - 1) / nt;
+    const int c0 = min(V, tid * chunk), c1 = min(V, c0 + chunk);
+    if (top_p < 1.0) {                                  // keep sorted positions j < n_keep
+        double mine = 0.0;
+        for (int j = c0; j < c1; j++) mine += p[idx[j]];
+        double run, tot;
+        block_prefix(mine, &run, &tot);
+        int cnt = 0;
+        for (int j = c0; j < c1; j++) { run += p[idx[j]]; if (run < top_p) cnt++; }
+        // the c_j are increasing, so the count below top_p is a prefix: sum the per-thread counts
+        double n_below = block_sum_d((double)cnt);
+        int n_keep = (int)n_below + 1;
+        for (int j = tid; j < V; j += nt) if (j >= n_keep) p[idx[j]] = 0.0;
+        __syncthreads();
+    }
+    // inverse CDF in id order: first i with cdf_i / cdf_last > u
+    double mine = 0.0;
+    for (int i = c0; i < c1; i++) mine += p[i];
+    double run, tot;
+    block_prefix(mine, &run, &tot);
+    if (tid == 0) chosen = 0x7fffffff;
+    __syncthreads();
+    const double u = su;
+    int first = 0x7fffffff;
+    for (int i = c0; i < c1; i++) {
+        run += p[i];
+        if (run / tot > u) { first = i; break; }
+    }
+    if (first != 0x7fffffff) atomicMin(&chosen, first);
+    __syncthreads();
+    if (tid == 0) {
+        int c = chosen;
+        if (c >= V) c = V - 1;
+        ids[b] = c; out[(i64)b * cap + t] = c;
+    }
+}
