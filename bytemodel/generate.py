@@ -164,26 +164,13 @@ def _start(history: list[int], T: int) -> list[int]:
 
 
 def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
-    """The cached forward on the backend, sampling on the host (NumPy Generators)."""
-    ops, cfg = model.ops, model.cfg
-    V, T = tokenizer.vocab_size, cfg.context
+    """N samples through the backend's batched cached forward (lockstep.Lockstep: the window
+    policy above), sampling on the host, sample i from np.random.default_rng(seed + i)."""
+    from .lockstep import Lockstep
+    ops, V = model.ops, tokenizer.vocab_size
     rngs = [np.random.default_rng(seed + i) for i in range(N)]
-    W = model.weights()  # once per call, not per token (a cast copy on some backends)
-
-    def prefill(rows):
-        """rows (B, n) ids, B = 1 (then shared by all N samples) or N."""
-        cache = model.new_cache(len(rows), T)
-        logits = model.forward_cached(ops.asarray(np.array(rows, dtype=np.int64)), cache, 0, W)
-        if len(rows) < N:     # one shared prompt: copy its cache to every sample
-            big = model.new_cache(N, T)
-            for (kb, vb), (k1, v1) in zip(big, cache):
-                kb[...] = k1
-                vb[...] = v1
-            cache = big
-        lg = ops.to_numpy(logits[:, -1, :V]).astype(np.float64)
-        return cache, len(rows[0]), np.broadcast_to(lg, (N, V))
-
-    cache, pos, logits = prefill([_start(outs.hist[0], T)])
+    steps = Lockstep(model, N, model.cfg.context)
+    logits = ops.to_numpy(steps.start(_start(outs.hist[0], model.cfg.context))[:, :V]).astype(np.float64)
     while True:
         nxt = [sample_next(logits[i], rngs[i], temperature, top_k, top_p) if not outs.done[i] else 0
                for i in range(N)]
@@ -191,12 +178,7 @@ def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
             outs.take(i, nxt[i])
         if all(outs.done):
             return
-        if pos >= T:  # cache full: re-read the recent half into a fresh cache
-            cache, pos, logits = prefill([h[-(T // 2):] for h in outs.hist])
-            continue
-        lg = model.forward_cached(ops.asarray(np.array(nxt, dtype=np.int64)[:, None]), cache, pos, W)
-        pos += 1
-        logits = ops.to_numpy(lg[:, -1, :V]).astype(np.float64)
+        logits = ops.to_numpy(steps.push(nxt)[:, :V]).astype(np.float64)
 
 
 def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, seed):

@@ -50,6 +50,23 @@ class Lockstep:
         self.recent = np.zeros((self.B, W), dtype=np.int64)   # the tokens in the cache, by position
         self.pos = 0                                          # tokens in the cache
 
+    def start(self, ids):
+        """Begin every stream with the same tokens ids (n <= window, n >= 1), read in one forward
+        pass and its cache copied to every stream (generation's prompt). -> logits (B, V)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        n = ids.size
+        if not 1 <= n <= self.W:
+            raise ConfigError(f"a start of {n} tokens does not fit the window of {self.W}")
+        m, o = self.model, self.model.ops
+        one = m.new_cache(1, self.W)
+        logits = m.forward_cached(o.asarray(ids[None]), one, 0, self.weights)            # (1, n, V)
+        for (kb, vb), (k1, v1) in zip(self.cache, one):
+            kb[...] = k1
+            vb[...] = v1
+        self.recent[:, :n] = ids
+        self.pos = n
+        return o.xp.broadcast_to(logits[:, -1], (self.B, logits.shape[-1]))
+
     def push(self, ids):
         """ids (B,) ints -> logits (B, V) on the backend's device, predicting each stream's next token."""
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
