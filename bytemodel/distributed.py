@@ -173,9 +173,8 @@ class MPIWorld:
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.main = self.rank == 0
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
-        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
-        local.Free()
+        self.local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)   # ranks of this machine
+        self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
         self.nccl = None
         self.timeout = timeout
         self.watchdog = _Watchdog(timeout, self._timed_out)
@@ -187,8 +186,16 @@ class MPIWorld:
             return
         import cupy
         from cupy.cuda import nccl
-        dev = self.local_rank % cupy.cuda.runtime.getDeviceCount()
+        count = cupy.cuda.runtime.getDeviceCount()
+        dev = self.local_rank % count
         cupy.cuda.Device(dev).use()
+        # NCCL refuses two ranks on one GPU: say so plainly (with srun --gpus-per-task each rank
+        # sees one GPU as device 0, so compare the physical GPUs, not the device numbers)
+        mine = cupy.cuda.runtime.deviceGetPCIBusId(dev)
+        bus = self._blocking("the GPU check", lambda: self.local.allgather(mine))
+        if len(set(bus)) < len(bus):
+            raise ConfigError(f"{self.local_size} ranks on this machine share {len(set(bus))} GPU(s); "
+                              f"start one rank per GPU")
         self.watchdog.device = dev
         uid = nccl.get_unique_id() if self.main else None
         uid = self._blocking("the NCCL id broadcast", lambda: self.comm.bcast(uid, root=0))
