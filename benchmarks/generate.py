@@ -16,7 +16,8 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
 On the CPU, as in cpu_generate.py, the two sides are measured in separate processes (two
-numerical runtimes in one process fight over the cores), alternating, median of --rounds.
+numerical runtimes in one process fight over the cores); the sides alternate within each of
+--rounds rounds and the median is reported.
 """
 from __future__ import annotations
 
@@ -204,21 +205,21 @@ def main():
             sides += [(f"ours-g{args.graph_steps}", int(n)) for n in args.samples.split(",") if int(n) <= 16]
         if args.only:
             sides = [s for s in sides if s[0].split("-g")[0] in args.only.split(",")]
-        for kind, n in sides:
-            tk = tokens if kind not in ("host",) else min(tokens, 128)
-            vals = []
-            for _ in range(args.rounds):
+        vals = {side: [] for side in sides}
+        for _ in range(args.rounds):          # the sides alternate within each round
+            for kind, n in sides:
+                tk = tokens if kind != "host" else min(tokens, 128)
                 cmd = [sys.executable, __file__, "--child", f"{kind}:{name}:{n}", "--device", args.device,
                        "--precision", args.precision, "--tokens", str(tk)]
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode:
                     print(f"{kind} {name} N={n} failed: {r.stderr.strip().splitlines()[-1:]}", flush=True)
-                    break
-                vals.append(json.loads(r.stdout.strip().splitlines()[-1]))
-            if vals:
-                ttfb = statistics.median(v[0] for v in vals)
-                tps = statistics.median(v[1] for v in vals)
-                after = statistics.median(v[2] for v in vals)
+                    continue
+                vals[(kind, n)].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        for (kind, n), v in vals.items():
+            if v:
+                tk = tokens if kind != "host" else min(tokens, 128)
+                ttfb, tps, after = (statistics.median(x[i] for x in v) for i in range(3))
                 rows.append((name, kind, n, tk, ttfb, tps, after))
                 print(f"| {args.device} {args.precision} | {name} | {kind} | {n} | {tk} | {ttfb * 1e3:,.1f} | "
                       f"{tps:,.0f} | {after:,.0f} |", flush=True)
