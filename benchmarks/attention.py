@@ -1,5 +1,6 @@
-"""FlashAttention forward/backward TFLOP/s: ours (gpu/flash_attn.cu) against PyTorch's
-scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
+"""FlashAttention forward/backward TFLOP/s: ours (gpu/flash_attn.cu, and the study variants of
+benchmarks/kernels/flash_variants.cu) against PyTorch's scaled_dot_product_attention (flash
+backend) in the same run, fp16, causal.
 
     python benchmarks/attention.py                 # the shapes of DESIGN.md
     python benchmarks/attention.py --shapes 16,12,1024,64
@@ -57,28 +58,65 @@ def median_ms_torch(fn, warm=3, reps=20):
     return float(np.median(times))
 
 
-def ours(B, H, T, D):
-    """-> {("fwd"|"bwd", version): ms} for every kernel version of this head dim."""
+# the configurations kept for study (benchmarks/kernels/flash_variants.cu): (version, D) -> tiles
+VARIANTS_FWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64), ("v1", 128): (64, 64),
+                ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
+VARIANTS_BWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64)}
+VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "flash_variants.cu")
+
+
+def variant_backend():
+    """The fp16 CUDA backend whose FlashAttention kernel can be switched to a study variant
+    (compiled from flash_attn.cu + flash_variants.cu); .use = {"fwd": ver, "bwd": ver} or None."""
     import cupy as cp
-    from bytemodel.ops.cuda_ops import FLASH_BWD, FLASH_DEFAULT, FLASH_FWD, CudaBackend
-    ops = CudaBackend("fp16")
+    from bytemodel.ops import cuda_ops
+
+    class Variants(cuda_ops.CudaBackend):
+        use = {}
+
+        def _flash_kernel(self, kind, D):
+            ver = self.use.get(kind)
+            if ver is None or ver == "shipped":
+                return super()._flash_kernel(kind, D)
+            if not hasattr(self, "_variants"):
+                with open(VARIANTS_FILE) as f:
+                    code = cuda_ops._source("flash_attn.cu") + "\n" + f.read()
+                opts = ("-std=c++17", f"-D{cuda_ops._MACRO[self.precision]}", "--use_fast_math")
+                self._variants = cp.RawModule(code=code, options=opts)
+            tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
+            return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles
+    return Variants("fp16")
+
+
+def ours(B, H, T, D):
+    """-> {("fwd"|"bwd", version): ms} for the shipped kernel ("shipped") and every study variant
+    of this head dim, each checked against the shipped kernel's output first."""
+    import cupy as cp
+    ops = variant_backend()
     rng = cp.random.default_rng(0)
     q, k, v, do = (rng.standard_normal((B, H, T, D), dtype=cp.float32).astype(cp.float16) for _ in range(4))
     res = {}
-    fdef, bdef = FLASH_DEFAULT[D]
-    for (ver, d) in FLASH_FWD:
-        if d == D:
-            ops.flash_versions[D] = (ver, bdef)
-            res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
-    ops.flash_versions[D] = (fdef, bdef)
+    ops.use = {}
     out, lse = ops.attention_forward(q, k, v)
-    for (ver, d) in FLASH_BWD:
-        if d == D:
-            ops.flash_versions[D] = (fdef, ver)
-            res[("bwd", ver)] = median_ms_cupy(lambda: ops.attention_backward(do, q, k, v, out, lse))
-    ops.flash_versions[D] = (fdef, bdef)
-    res[("fwd", "default")] = res[("fwd", fdef)]
-    res[("bwd", "default")] = res[("bwd", bdef)]
+    grads = ops.attention_backward(do, q, k, v, out, lse)
+
+    def close(a, b):   # fp16 outputs of two tilings of the same math: same to fp16 rounding
+        a, b = a.astype(cp.float32), b.astype(cp.float32)
+        return float(cp.linalg.norm(a - b) / cp.linalg.norm(b)) < 2e-3
+
+    for ver in ["shipped"] + [v for (v, d) in VARIANTS_FWD if d == D]:
+        ops.use = {"fwd": ver}
+        o2, _ = ops.attention_forward(q, k, v)
+        assert close(o2, out), f"forward {ver} d{D} differs from the shipped kernel"
+        res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
+    for ver in ["shipped"] + [v for (v, d) in VARIANTS_BWD if d == D]:
+        ops.use = {"bwd": ver}
+        g2 = ops.attention_backward(do, q, k, v, out, lse)
+        assert all(close(a, b) for a, b in zip(g2, grads)), f"backward {ver} d{D} differs from the shipped kernel"
+        res[("bwd", ver)] = median_ms_cupy(lambda: ops.attention_backward(do, q, k, v, out, lse))
+    ops.use = {}
+    res[("fwd", "default")] = res[("fwd", "shipped")]
+    res[("bwd", "default")] = res[("bwd", "shipped")]
     return res
 
 

@@ -6,16 +6,19 @@
 // (B, H, T, D)) are used without copies. Query t sits at absolute position S - T + t and sees keys
 // 0 .. S - T + t. Query head h uses key/value head h / (H / K).
 //
-// Forward: one CTA = BM = 16 * NW query rows of one (b, h), each warp 16 rows; loops over key
-// tiles of BN = 64 with online softmax (base-2 exponentials, scale folded in), K/V tiles double
+// Forward: one CTA = BM = 16 * MT * NW query rows of one (b, h), each warp 16 * MT rows; loops
+// over key tiles of BN keys with online softmax (base-2 exponentials, scale folded in), K/V tiles double
 // buffered through cp.async; fully masked key tiles are never visited. Saves LSE (natural log).
 // The score accumulator is reused in registers as the A operand of P @ V (FA2's layout trick).
 //
-// Backward: one CTA = BN = 64 keys of one (b, kv-head), each warp 16 keys; loops over all query
+// Backward: one CTA = BN = 16 * MT * NW keys of one (b, kv-head), each warp 16 * MT keys; loops over all query
 // heads of the group and the query tiles (BM rows) at or after the diagonal, Q/dO/lse/delta double
 // buffered. dK, dV accumulate in registers (no atomics); dQ accumulates in an fp32 buffer through
 // atomics (red.global.add.v2.f32), already scaled: the fp32 accumulator is returned as dq
-// (qkv_rope_backward reads fp32 dq), or flash_dq_convert casts it.
+// (qkv_rope_backward reads fp32 dq).
+//
+// Only the kernels cuda_ops launches ship here (one forward and one backward per head dim); the
+// other tile configurations, kept for study and timing, are in benchmarks/kernels/.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4;
 //   A (16x16): a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
@@ -277,16 +280,6 @@ extern "C" __global__ void flash_bwd_pre(
     if (lane == 0) delta[row] = acc;
 }
 
-// dq = dq_acc * scale, cast (the accumulator already holds scaled values: scale = 1 here).
-// n = B*H*T*D (multiple of 2)
-extern "C" __global__ void flash_dq_convert(const float* __restrict__ acc, act_t* __restrict__ dq,
-                                            float scale, long long n2) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += (i64)gridDim.x * blockDim.x) {
-        float2 a = reinterpret_cast<const float2*>(acc)[i];
-        reinterpret_cast<act2_t*>(dq)[i] = from_f2(a.x * scale, a.y * scale);
-    }
-}
-
 // Backward. Each warp owns MT m-tiles of 16 keys (BN = 16 * MT * NW keys per CTA): every Q / dO
 // fragment read from shared memory feeds MT products, and dQ gets one atomic per BN keys.
 template <int D, int BM, int MT, int NW>
@@ -511,18 +504,12 @@ __device__ __forceinline__ void flash_bwd(
         i64 osb, i64 osh, i64 ost, float scale_log2
 #define FWD_PASS Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost, scale_log2
 
-// Instantiations (name: version, head dim; cuda_ops.FLASH_CONFIGS has the tile sizes):
-//   v1: one 16-row m-tile per warp (the first version, kept as a reference and a fallback)
-//   v2: two m-tiles per warp, BM = 128
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d64(FWD_ARGS) { flash_fwd<64, 1, 64, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d128(FWD_ARGS) { flash_fwd<128, 1, 64, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d32(FWD_ARGS) { flash_fwd<32, 1, 64, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d32(FWD_ARGS) { flash_fwd<32, 2, 64, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v2_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
-//   v3: two m-tiles per warp with narrower key tiles (fewer registers, 3 CTAs per SM for d64)
-extern "C" __global__ void __launch_bounds__(128, 3) flash_fwd_v3_d64(FWD_ARGS) { flash_fwd<64, 2, 32, 4, true>(FWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_fwd_v3_d128(FWD_ARGS) { flash_fwd<128, 2, 16, 4, false>(FWD_PASS); }
+// The forward kernels, one per head dim (cuda_ops.FLASH_FWD holds their tiles, BM x BN): two
+// 16-row m-tiles per warp, BM = 128; BN = 64 keys per tile, 32 at head dim 128 (whose Q fragments
+// are re-read from shared memory instead of held in registers). Chosen by benchmarks/attention.py.
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d32(FWD_ARGS) { flash_fwd<32, 2, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
 
 #define BWD_ARGS                                                                                  \
     const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \
@@ -532,11 +519,12 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_v3_d128(FWD_ARGS) { 
 #define BWD_PASS Q, K, V, dO, LSE, Delta, dQacc, dK, dV, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, \
                  vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2
 
-//   v1: one 16-key m-tile per warp (BN = 64); v2: two per warp (BN = 128, head dim 64)
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d64(BWD_ARGS) { flash_bwd<64, 64, 1, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d32(BWD_ARGS) { flash_bwd<32, 64, 1, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v2_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v2_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4>(BWD_PASS); }
+// The backward kernels, one per head dim (cuda_ops.FLASH_BWD holds their tiles, BM x BN): BM = 32
+// query rows per tile; two 16-key m-tiles per warp (BN = 128) at head dims 32 and 64, one
+// (BN = 64) at head dim 128, where two would need more than 255 registers. Chosen by
+// benchmarks/attention.py.
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4>(BWD_PASS); }
 
 #endif  // HAS_MMA

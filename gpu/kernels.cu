@@ -104,7 +104,8 @@ extern "C" __global__ void rmsnorm_fwd_v8(const act_t* x, const act_t* g, act_t*
 
 // dx = (dout*g - xhat * mean(dout*g*xhat)) * rstd ; dg += sum_rows dout * xhat
 // A block takes `rows_per_block` rows, one warp per row at a time; dg partials collect in shared
-// memory (C floats) and go to global memory with one atomicAdd per column per block.
+// memory (C floats) and go to global memory with one atomicAdd per column per block. Launched
+// for widths the register version below does not take (C % 8 != 0 or C > 1024).
 template <int VW>
 __device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
                                                  const float* __restrict__ rstd, const act_t* __restrict__ g,
@@ -153,10 +154,6 @@ __device__ __forceinline__ void rmsnorm_bwd_impl(const act_t* __restrict__ dout,
 extern "C" __global__ void rmsnorm_bwd(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
                                        act_t* dx, float* dg, long long N, int C, int rpb, const act_t* res) {
     rmsnorm_bwd_impl<1>(dout, x, rstd, g, dx, dg, N, C, rpb, res);
-}
-extern "C" __global__ void rmsnorm_bwd_v8(const act_t* dout, const act_t* x, const float* rstd, const act_t* g,
-                                          act_t* dx, float* dg, long long N, int C, int rpb, const act_t* res) {
-    rmsnorm_bwd_impl<8>(dout, x, rstd, g, dx, dg, N, C, rpb, res);
 }
 
 // The same with the dg partials in registers: lane owns columns j*256 + lane*8 .. +7 for
@@ -346,7 +343,8 @@ extern "C" __global__ void qkv_rope_bwd_v2(const act_t* __restrict__ dq, const a
 }
 
 // 8 neighbouring i per thread (D % 16 == 0): 16-byte accesses. dir = +1 forward (rotate by the
-// angle, qkv -> q, k, v), -1 backward (rotate by minus the angle, dq, dk, dv -> dqkv).
+// angle, qkv -> q, k, v), -1 backward (rotate by minus the angle, dq, dk, dv -> dqkv). Only the
+// backward is launched: at D % 16 == 0 the forward is rope_qk_fwd_v8 below, which copies no v.
 template <int DIR>
 __device__ __forceinline__ void qkv_rope_v8_impl(const act_t* __restrict__ qkv, const act_t* __restrict__ cosb,
                                                  const act_t* __restrict__ sinb, act_t* __restrict__ q,
@@ -385,10 +383,6 @@ __device__ __forceinline__ void qkv_rope_v8_impl(const act_t* __restrict__ qkv, 
         *reinterpret_cast<vec8*>(dst + i) = o1;
         *reinterpret_cast<vec8*>(dst + i + h2) = o2;
     }
-}
-extern "C" __global__ void qkv_rope_fwd_v8(const act_t* qkv, const act_t* cosb, const act_t* sinb, act_t* q,
-                                           act_t* k, act_t* v, int B, int T, int H, int K, int D) {
-    qkv_rope_v8_impl<1>(qkv, cosb, sinb, q, k, v, B, T, H, K, D);
 }
 extern "C" __global__ void qkv_rope_bwd_v8(const act_t* dq, const act_t* dk, const act_t* dv, const act_t* cosb,
                                            const act_t* sinb, act_t* dqkv, int B, int T, int H, int K, int D) {

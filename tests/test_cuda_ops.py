@@ -61,7 +61,7 @@ def tol(ops, factor=1.0):
 
 
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("V,C,B,T", [(67, 40, 3, 17), (320, 128, 2, 33)])
+@pytest.mark.parametrize("V,C,B,T", [(67, 40, 3, 17), (320, 128, 2, 33), (67, 36, 2, 9)])  # rows, rows, atomic
 def test_embedding(ops, V, C, B, T):
     rng = np.random.default_rng(1)
     w, wd = rnd(ops, rng, (V, C))
@@ -76,7 +76,7 @@ def test_embedding(ops, V, C, B, T):
     assert rel(host(dw), dw_ref) < 1e-6               # fp32 sums of exact fp16 values
 
 
-@pytest.mark.parametrize("N,C", [(33, 40), (17, 37), (64, 768)])
+@pytest.mark.parametrize("N,C", [(33, 40), (17, 37), (40, 384), (64, 768), (9, 1024), (9, 1032)])  # every bwd kernel
 def test_rmsnorm(ops, N, C):
     rng = np.random.default_rng(2)
     x, xd = rnd(ops, rng, (N, C))

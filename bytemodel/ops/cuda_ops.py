@@ -33,10 +33,7 @@ import os
 import numpy as np
 import cupy as cp
 
-try:  # CuPy >= 13 keeps the bindings here; older releases under cupy.cuda
-    from cupy_backends.cuda.libs import cublas as _cublas
-except ImportError:  # pragma: no cover
-    from cupy.cuda import cublas as _cublas
+from cupy_backends.cuda.libs import cublas as _cublas   # where CuPy >= 13 (the gpu extra) keeps it
 
 from ..resources import gpu_dir
 
@@ -49,15 +46,12 @@ _R_32F, _R_16F, _R_16BF = 0, 2, 14
 _GEMM_DEFAULT = -1
 
 _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
-# FlashAttention instantiations in flash_attn.cu: (version, head dim) -> tile sizes.
-# forward: BM query rows per CTA, BN keys per tile; backward: BN keys per CTA, BM queries per tile.
-FLASH_FWD = {("v1", 32): (64, 64), ("v2", 32): (128, 64), ("v1", 64): (64, 64), ("v2", 64): (128, 64),
-             ("v1", 128): (64, 64), ("v2", 128): (128, 32), ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
-FLASH_BWD = {("v1", 32): (64, 64), ("v2", 32): (32, 128), ("v1", 64): (64, 64), ("v2", 64): (32, 128),
-             ("v1", 128): (32, 64)}
-# the versions used, per head dim (chosen by benchmarks/attention.py on the H200)
-FLASH_DEFAULT = {32: ("v2", "v2"), 64: ("v2", "v2"), 128: ("v2", "v1")}
-_FLASH_D = tuple(FLASH_DEFAULT)
+# The FlashAttention kernels of flash_attn.cu, one per head dim: head dim -> (BM, BN) tiles.
+# forward (flash_fwd_d{D}): BM query rows per CTA, BN keys per tile; backward (flash_bwd_d{D}):
+# BN keys per CTA, BM queries per tile. Chosen by benchmarks/attention.py on the H200, where the
+# other configurations (benchmarks/kernels/flash_variants.cu) are timed.
+FLASH_FWD = {32: (128, 64), 64: (128, 64), 128: (128, 32)}
+FLASH_BWD = {32: (32, 128), 64: (32, 128), 128: (32, 64)}
 
 
 def _bf16_dtype():
@@ -124,8 +118,6 @@ class CudaBackend:
             self.act_dtype = _bf16_dtype()
         self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
         self.flash = flash and precision != "fp32"
-        self.flash_versions = dict(FLASH_DEFAULT)    # head dim -> (forward, backward) version
-        self.dq_fp32 = True        # flash backward returns dq in fp32 (saves a cast pass)
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
         self._beta0 = np.zeros(1, dtype=np.float32)
@@ -291,7 +283,7 @@ class CudaBackend:
         """dout (N, C) -> dx (N, C); dg (C,) fp32 += sum over rows of dout * xhat.
 
         With `residual` (N, C) the result is residual + dx, in the same pass (the residual
-        stream's gradient; numpy_ops has no such argument: the model adds it itself)."""
+        stream's gradient), as in numpy_ops."""
         x, rstd, g = cache
         dout = self._act(dout)
         res = np.uint64(0) if residual is None else self._act(residual)
@@ -299,10 +291,10 @@ class CudaBackend:
         dx = self._empty((N, C))
         assert dg.flags.c_contiguous and dg.dtype == np.float32
         rpb = 64                     # rows per block: one dg atomic per column per 64 rows
-        if C % 8 == 0 and C <= 1024:  # dg partials in registers
+        if C % 8 == 0 and C <= 1024:  # dg partials in registers (every preset's width)
             name, smem = f"rmsnorm_bwd_r{(C + 255) // 256}", 8 * 4 * C
-        else:                         # dg partials through shared-memory atomics
-            name, smem = ("rmsnorm_bwd_v8" if C % 8 == 0 else "rmsnorm_bwd"), 4 * C
+        else:                         # any other width: dg partials through shared-memory atomics
+            name, smem = "rmsnorm_bwd", 4 * C
         self._fn(name)(((N + rpb - 1) // rpb,), (256,),
                        (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb), res), shared_mem=smem)
         return dx
@@ -352,9 +344,9 @@ class CudaBackend:
         q = self._empty((B, H, T, D))
         k = self._empty((B, K, T, D))
         v = self._empty((B, K, T, D))
-        vw = 8 if D % 16 == 0 else (2 if D % 4 == 0 else 1)    # elements per thread and half
+        vw = 2 if D % 4 == 0 else 1    # elements per thread and half (D % 16 == 0 went above)
         total = B * T * (H + 2 * K) * (D // 2 // vw)
-        self._fn({8: "qkv_rope_fwd_v8", 2: "qkv_rope_fwd_v2", 1: "qkv_rope_fwd"}[vw])(
+        self._fn({2: "qkv_rope_fwd_v2", 1: "qkv_rope_fwd"}[vw])(
             (_blocks(total),), (256,),
             (qkv, cos, sin, q, k, v, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
         return q, k, v
@@ -411,7 +403,13 @@ class CudaBackend:
     # ------------------------------------------------------------------ attention
     def _flash_ok(self, q, k):
         D = q.shape[-1]
-        return self.flash and D in _FLASH_D and q.dtype == self.act_dtype and k.dtype == self.act_dtype
+        return self.flash and D in FLASH_FWD and q.dtype == self.act_dtype and k.dtype == self.act_dtype
+
+    def _flash_kernel(self, kind: str, D: int):
+        """(kernel, (BM, BN)) of the FlashAttention kernel for "fwd" or "bwd" at head dim D.
+        (benchmarks/attention.py overrides it to time the variants kept for study.)"""
+        tiles = FLASH_FWD[D] if kind == "fwd" else FLASH_BWD[D]
+        return self._fn(f"flash_{kind}_d{D}", "flash_attn.cu"), tiles
 
     @staticmethod
     def _strides(x):
@@ -447,11 +445,9 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        ver = self.flash_versions[D][0]
-        BM, BN = FLASH_FWD[(ver, D)]
+        fn, (BM, BN) = self._flash_kernel("fwd", D)
         SD = D + 8
         smem = (BM * SD + 4 * BN * SD) * 2
-        fn = self._fn(f"flash_fwd_{ver}_d{D}", "flash_attn.cu")
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
@@ -462,7 +458,8 @@ class CudaBackend:
 
     def attention_backward(self, dout, q, k, v, out, lse, block=None):
         """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
-        On the flash path dq is fp32 (see dq_fp32), dk and dv the activation dtype."""
+        On the flash path dq is fp32 (the kernel's scaled accumulator; qkv_rope_backward reads it
+        as it is, with no cast pass), dk and dv the activation dtype."""
         if not self._flash_ok(q, k):
             return self._attention_backward_ref(dout, q, k, v, out, lse)
         B, H, T, D = q.shape
@@ -481,24 +478,16 @@ class CudaBackend:
             (dout, out, delta, dq_acc, _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
         dk = self._empty((B, K, S, D))
         dv = self._empty((B, K, S, D))
-        ver = self.flash_versions[D][1]
-        BM, BN = FLASH_BWD[(ver, D)]
+        fn, (BM, BN) = self._flash_kernel("bwd", D)
         SD = D + 8
         smem = (2 * BN * SD + 4 * BM * SD + BN * (BM + 8)) * 2 + 4 * BM * 4
-        fn = self._fn(f"flash_bwd_{ver}_d{D}", "flash_attn.cu")
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale = 1.0 / math.sqrt(D)
         fn(((S + BN - 1) // BN, B * K), (128,),
            (q, k, v, dout, lse, delta, dq_acc, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
             *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634)), shared_mem=smem)
-        if self.dq_fp32:    # the scaled fp32 accumulator is dq: qkv_rope_backward reads fp32
-            return dq_acc, dk, dv
-        dq = self._empty((B, H, T, D))
-        n2 = dq.size // 2
-        self._fn("flash_dq_convert", "flash_attn.cu")(
-            (_blocks(n2),), (256,), (dq_acc, dq, _f32(1.0), _i64(n2)))
-        return dq, dk, dv
+        return dq_acc, dk, dv
 
     # the simple path: cuBLAS products and CuPy softmax, blocked over queries as the reference,
     # computed in fp32 (fp64 stays fp64)
