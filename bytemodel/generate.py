@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .errors import ConfigError
-from .sampling import sample_next, sampling_probs  # noqa: F401  (part of this module's API)
+from .sampling import rng_states, sample_next, sampling_probs  # noqa: F401  (part of this module's API)
 from .model import Model
 from .ops import numpy_ops
 from .speculative import speculative_ids
@@ -62,18 +62,6 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
         pos += 1
         logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
-
-
-def rng_states(seed: int, n: int) -> np.ndarray:
-    """(n, 4) uint64: the PCG64 state of np.random.default_rng(seed + i), as [state hi, state lo,
-    increment hi, increment lo]: where the GPU sampler's streams start (the CPU's generators)."""
-    out = np.empty((n, 4), dtype=np.uint64)
-    m64 = (1 << 64) - 1
-    for i in range(n):
-        st = np.random.default_rng(seed + i).bit_generator.state["state"]
-        s, inc = st["state"], st["inc"]
-        out[i] = [s >> 64, s & m64, inc >> 64, inc & m64]
-    return out
 
 
 class _Outputs:

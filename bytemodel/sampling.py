@@ -43,3 +43,15 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature=1.0, t
         return int(np.argmax(logits))
     p = sampling_probs(logits, temperature, top_k, top_p)
     return int(rng.choice(p.size, p=p))
+
+
+def rng_states(seed: int, n: int) -> np.ndarray:
+    """(n, 4) uint64: the PCG64 state of np.random.default_rng(seed + i), as [state hi, state lo,
+    increment hi, increment lo]: where the GPU sampler's streams start (the CPU's generators)."""
+    out = np.empty((n, 4), dtype=np.uint64)
+    m64 = (1 << 64) - 1
+    for i in range(n):
+        st = np.random.default_rng(seed + i).bit_generator.state["state"]
+        s, inc = st["state"], st["inc"]
+        out[i] = [s >> 64, s & m64, inc >> 64, inc & m64]
+    return out

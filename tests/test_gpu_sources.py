@@ -1,5 +1,5 @@
-"""Only kernels that run ship: every kernel in gpu/*.cu is launched by cuda_ops.py, and every
-kernel name cuda_ops.py launches exists. Read from the sources, so it runs without a GPU."""
+"""Only kernels that run ship: every kernel in gpu/*.cu is named by a launch site in ops/, and
+every kernel name ops/ launches exists. Read from the sources, so it runs without a GPU."""
 from __future__ import annotations
 
 import ast
@@ -8,26 +8,35 @@ from pathlib import Path
 
 from bytemodel.resources import gpu_dir
 
-OPS_FILE = Path(__file__).resolve().parents[1] / "bytemodel" / "ops" / "cuda_ops.py"
+OPS_DIR = Path(__file__).resolve().parents[1] / "bytemodel" / "ops"
+
+
+def _ops_trees():
+    """The Python sources that launch kernels: every module of ops/."""
+    return [ast.parse(f.read_text()) for f in sorted(OPS_DIR.glob("*.py"))]
+
+
+KERNEL = r'extern "C" __global__ void (?:__launch_bounds__\([^()]*(?:\([^()]*\))?[^()]*\) )?(\w+?)(##\w+)?\('
 
 
 def shipped_kernels() -> set[str]:
     names = set()
     for f in gpu_dir().glob("*.cu"):
         src = f.read_text()
-        macros = {}   # one-parameter macros that define kernels, e.g. RMS_BWD_REG(n) -> rmsnorm_bwd_r##n
-        for m in re.finditer(r"#define (\w+)\((\w+)\)\s*\\\s*\n\s*extern \"C\" __global__ void (\w+)##\2", src):
-            macros[m.group(1)] = m.group(3)
-        names |= set(re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src))
-        for mac, prefix in macros.items():
-            names |= {prefix + arg for arg in re.findall(rf"^{mac}\((\w+)\)", src, re.M)}
+        # kernels made by one-parameter macros: #define M(A) ... kernel prefix##A ...; M(1) M(2) ...
+        for m in re.finditer(r"^#define (\w+)\((\w+)\)((?:.*\\\n)+.*)", src, re.M):
+            mac, arg, body = m.groups()
+            prefixes = [p for p, tail in re.findall(KERNEL, body) if tail == "##" + arg]
+            for val in re.findall(rf"^{mac}\((\w+)\)", src, re.M):
+                names |= {p + val for p in prefixes}
+        names |= {p for p, tail in re.findall(KERNEL, src) if not tail}
     return names
 
 
 def launched_patterns() -> list[re.Pattern]:
-    """Every string in cuda_ops.py, f-strings as patterns ({...} matches a name part)."""
+    """Every string in ops/*.py, f-strings as patterns ({...} matches a name part)."""
     pats = []
-    for node in ast.walk(ast.parse(OPS_FILE.read_text())):
+    for node in (n for t in _ops_trees() for n in ast.walk(t)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             pats.append(re.compile(re.escape(node.value)))
         elif isinstance(node, ast.JoinedStr):
@@ -47,8 +56,9 @@ def test_every_shipped_kernel_is_launched():
 def test_every_launched_kernel_exists():
     kernels = shipped_kernels()
     calls = []
-    for node in ast.walk(ast.parse(OPS_FILE.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_fn":
+    for node in (n for t in _ops_trees() for n in ast.walk(t)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("_fn", "get_function") and node.args:
             calls.append(node.args[0])
     names, patterns = set(), []
     for a in calls:

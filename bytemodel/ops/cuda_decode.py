@@ -52,7 +52,7 @@ class Sampler:
     def __init__(self, backend, vocab: int, B: int, seed: int, cap: int):
         self.ops, self.V, self.B, self.cap = backend, vocab, B, cap
         self.P2 = 1 << max(1, (vocab - 1).bit_length())
-        from ..generate import rng_states
+        from ..sampling import rng_states
         self.rng = cp.asarray(rng_states(seed, B))
         self.ids = cp.zeros((B,), dtype=cp.int32)
         self.out = cp.zeros((B, cap), dtype=cp.int32)

@@ -33,7 +33,10 @@ import os
 import numpy as np
 import cupy as cp
 
-from cupy_backends.cuda.libs import cublas as _cublas   # where CuPy >= 13 (the gpu extra) keeps it
+try:  # where CuPy keeps its cuBLAS bindings differs between releases; either place works
+    from cupy_backends.cuda.libs import cublas as _cublas
+except ImportError:  # pragma: no cover
+    from cupy.cuda import cublas as _cublas
 
 from ..resources import gpu_dir
 

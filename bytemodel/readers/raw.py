@@ -3,7 +3,7 @@
 Document: one per file, the file's bytes unchanged. ``read`` allocates the document once (the file
 size is known, so no growing buffer and no second copy); ``stream`` holds one piece at a time, so a
 file of any size can be fed to a corpus builder in bounded memory. ``write`` stores the generated
-bytes unchanged. It claims no extension: it is the fallback for files no other reader claims.
+bytes unchanged. It claims .bin and .raw, and is the fallback for files no other reader claims.
 """
 from __future__ import annotations
 
