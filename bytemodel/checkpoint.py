@@ -5,12 +5,16 @@ File layout (one .safetensors file):
              "optim.m", "optim.v"  fp32 flat AdamW moments (optional: absent in export-only files)
     metadata {"bytemodel": JSON string} with
              format, version, config (ModelConfig), tokenizer, train (settings and state: step,
-             seed, optimizer step count, loss scale, corpus hash), params_sha256
+             seed, optimizer step count, loss scale, corpus hash), sha256
+    sha256: one SHA-256 over everything else in the file: the metadata (canonical JSON, sorted keys)
+             and every tensor (name, dtype, shape and bytes, in name order), so a flipped bit in a
+             weight or an AdamW moment, or an edited step, context or learning rate, is refused
 
 Writing: bytes go to a temporary file in the same directory, fsync, then os.replace over the old
 file, then the directory is fsynced: a crash or Ctrl-C at any point leaves the previous checkpoint
 intact. Reading never unpickles anything (safetensors holds raw arrays and a JSON header) and
-refuses files that are not ours, are truncated or corrupt, or do not match the model.
+refuses files that are not ours, are not regular files, are truncated or corrupt, or do not match
+the model.
 """
 from __future__ import annotations
 
@@ -28,12 +32,20 @@ from .model import layout, views
 from .tokenizer import Tokenizer
 
 FORMAT = "bytemodel-checkpoint"
-VERSION = 1
+VERSION = 2   # 2: the checksum covers every tensor and all metadata (1: the weights only)
 CKPT_NAME = "checkpoint.safetensors"
 
 
-def _sha(flat: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(flat, dtype="<f4").tobytes()).hexdigest()
+def digest(meta: dict, tensors: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the metadata (without its "sha256" key) and of every tensor, in name order."""
+    h = hashlib.sha256()
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    h.update(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    for name in sorted(tensors):
+        t = np.ascontiguousarray(tensors[name])
+        h.update(f"\n{name} {t.dtype.str} {list(t.shape)}\n".encode("utf-8"))
+        h.update(t.reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 def save(path, cfg: ModelConfig, tokenizer: Tokenizer, params: np.ndarray, train_state: dict | None = None,
@@ -47,7 +59,9 @@ def save(path, cfg: ModelConfig, tokenizer: Tokenizer, params: np.ndarray, train
         tensors["optim.m"] = np.asarray(m, dtype=np.float32)
         tensors["optim.v"] = np.asarray(v, dtype=np.float32)
     meta = {"format": FORMAT, "version": VERSION, "config": cfg.to_dict(), "tokenizer": tokenizer.to_dict(),
-            "train": train_state or {}, "params_sha256": _sha(params32)}
+            "train": train_state or {}}
+    meta = json.loads(json.dumps(meta))   # exactly what a reader will parse back
+    meta["sha256"] = digest(meta, tensors)
     blob = st_save(tensors, metadata={"bytemodel": json.dumps(meta)})
     write_atomic(path, blob)
     return path
@@ -63,12 +77,11 @@ class Loaded:
 
 def resolve(path) -> Path:
     """A checkpoint file, or a run directory holding one."""
+    from .fileguard import regular_file
     p = Path(path)
     if p.is_dir():
         p = p / CKPT_NAME
-    if not p.exists():
-        raise CheckpointError(f"checkpoint not found: {p}")
-    return p
+    return regular_file(p, "checkpoint", CheckpointError)
 
 
 def load(path) -> Loaded:
@@ -82,17 +95,24 @@ def load(path) -> Loaded:
     try:
         meta = _read_meta(blob)
         tensors = st_load(blob)
-    except (SafetensorError, ValueError, KeyError, UnicodeDecodeError) as e:
+    except (SafetensorError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{p} is not a valid bytemodel checkpoint ({str(e).splitlines()[0][:120]})") from None
-    if meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a bytemodel checkpoint")
     if meta.get("version") != VERSION:
-        raise CheckpointError(f"{p} has checkpoint version {meta.get('version')}; this bytemodel reads {VERSION}")
+        raise CheckpointError(f"{p} has checkpoint version {meta.get('version')!r}; this bytemodel reads {VERSION}")
+    if digest(meta, tensors) != meta.get("sha256"):
+        raise CheckpointError(f"{p} is corrupt: its tensors or metadata do not match their checksum")
     try:
+        if not (isinstance(meta.get("config"), dict) and isinstance(meta.get("tokenizer"), dict)):
+            raise TypeError("config and tokenizer must be JSON objects")
         cfg = ModelConfig.from_dict(meta["config"])
         tok = Tokenizer.from_dict(meta["tokenizer"])
     except (ConfigError, TokenizerError, KeyError, TypeError) as e:
         raise CheckpointError(f"{p} has an invalid model description: {e}") from None
+    train = meta.get("train", {})
+    if not isinstance(train, dict) or not isinstance(train.get("config", {}), dict):
+        raise CheckpointError(f"{p} has an invalid training state (not a JSON object)")
     if tok.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"{p}: tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}")
     from .model import buffer_size
@@ -103,12 +123,10 @@ def load(path) -> Loaded:
             got = None if t is None else f"{t.dtype}{tuple(t.shape)}"
             raise CheckpointError(f"{p}: tensor {name} is {got}, expected float32{tuple(shape)}")
         flat[off:off + t.size] = t.reshape(-1)
-    if _sha(flat) != meta.get("params_sha256"):
-        raise CheckpointError(f"{p} is corrupt: its weights do not match their checksum")
     m, v = tensors.get("optim.m"), tensors.get("optim.v")
     if m is not None and (m.shape != flat.shape or v is None or v.shape != flat.shape):
         raise CheckpointError(f"{p}: optimizer state does not match the model")
-    return Loaded(cfg, tok, flat, meta.get("train", {}), m, v, p)
+    return Loaded(cfg, tok, flat, train, m, v, p)
 
 
 def _read_meta(blob: bytes) -> dict:

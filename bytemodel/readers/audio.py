@@ -29,6 +29,8 @@ from ..errors import SourceError
 from .base import Reader, choice, need
 
 DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
+MAX_UPSAMPLE = 256   # a file decodes to at most this many samples per sample it holds: memory
+                     # stays bounded by the file's real content (1000 -> 192000 Hz needs 192)
 
 # ---- G.711 mu-law -----------------------------------------------------------------------------
 _BIAS, _CLIP = 0x84, 32635
@@ -125,6 +127,10 @@ class AudioReader(Reader):
             raise SourceError(f"cannot decode audio {p}: {msg}") from None
         if data.shape[0] == 0:
             raise SourceError(f"cannot decode audio {p}: it has no samples")
+        if not src_rate > 0 or self.rate > src_rate * MAX_UPSAMPLE:
+            # a header that lies (1 Hz) would make each real sample thousands of samples in memory
+            raise SourceError(f"cannot decode audio {p}: its header declares a sample rate of {src_rate} Hz, too low to "
+                              f"resample to {self.rate} Hz (more than {MAX_UPSAMPLE}x); damaged or not audio")
         mono = data.astype(np.float64).mean(axis=1) if data.shape[1] > 1 else data[:, 0].astype(np.float64)
         mono = resample(mono, int(src_rate), self.rate)
         return np.clip(np.rint(mono), -32768, 32767).astype(np.int16)
