@@ -38,7 +38,9 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
     if resume:
         settings.setdefault("steps", 0)  # 0: the run's own step count
     tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "", **settings)
-    return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at)
+    given = {**settings, **({"source": str(source)} if source else {})} if resume else None
+    return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at,
+                  given=given)
 
 
 class LanguageModel:

@@ -7,13 +7,21 @@ file is removed and the target is untouched.
 
 Every file bytemodel writes goes through write_atomic: checkpoints, tok.json, the corpus and its
 description, reader outputs, encoded/decoded id files.
+
+What the target is matters (fileguard.py): a symlink is followed, so the link survives and the
+file it names is replaced; a device or FIFO (/dev/null, /dev/stdout, a named pipe) is written into
+directly, never replaced by a regular file; a directory, block device or socket is refused. The
+temporary file has a short name of its own (a 255-byte target name still works) that names the
+process writing it, and each write first removes the temporary files of processes that were killed
+mid-write in that folder (SIGKILL and power cuts leave them; nothing else can).
 """
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+from .fileguard import make_temp, output_target, sweep_stale_temps, write_direct
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *,
@@ -23,11 +31,14 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *
     error: an exception class (a BytemodelError) to raise with a one-line message when the OS
     refuses (disk full, read-only, no such folder); None re-raises the OSError.
     """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
     try:
+        path, direct = output_target(path)
+        if direct:
+            return write_direct(path, data)
+        folder = path.parent if str(path.parent) else Path(".")
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        sweep_stale_temps(folder)
+        fd, tmp = make_temp(folder)
     except OSError as e:
         if error is None:
             raise

@@ -196,11 +196,15 @@ def _resolve(ds: Dataset, source: dict, work: Path, download: bool, catalogue) -
 
 
 def is_cached(target: Path) -> bool:
-    """True when ``target`` holds a complete copy (marker present, every listed file there)."""
+    """True when ``target`` holds a complete, intact copy: marker present, and every listed file
+    there with its size and its SHA-256 (re-hashed each time: a file of the right size may still
+    have been damaged or edited since it was fetched)."""
     try:
         meta = json.loads((target / MARKER).read_text())
-        return all((target / rel).is_file() and (target / rel).stat().st_size == size
-                   for rel, size in meta["files"].items())
+        sums = meta["sha256"]
+        return bool(meta["files"]) and all(
+            (target / rel).is_file() and (target / rel).stat().st_size == size
+            and sha256_file(target / rel) == sums[rel] for rel, size in meta["files"].items())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
 
@@ -225,15 +229,15 @@ def get(name: str, dest: str | os.PathLike | None = None, download: bool = False
             except _Skip as why:
                 reasons.append(str(why))
                 continue
-            sizes = {}
+            sizes, sums = {}, {}
             try:
                 for rel, src in files.items():
                     out = target / rel
                     out.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, out)
-                    sizes[rel] = out.stat().st_size
+                    sizes[rel], sums[rel] = out.stat().st_size, sha256_file(out)
                 (target / MARKER).write_text(json.dumps({"name": ds.name, "source": source.get("kind"),
-                                                         "files": sizes}, indent=1))
+                                                         "files": sizes, "sha256": sums}, indent=1))
             except OSError as e:
                 raise DatasetError(f"cannot write dataset {ds.name!r} into {target}: {e.strerror or e}") from None
             return target

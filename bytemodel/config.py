@@ -57,8 +57,10 @@ class ModelConfig:
             raise ConfigError(f"mtp_design must be 'independent' or 'sequential', got {self.mtp_design!r}")
         if not (isinstance(self.mtp_weight, (int, float)) and 0 <= self.mtp_weight < float("inf")):
             raise ConfigError(f"mtp_weight must be a finite number >= 0, got {self.mtp_weight!r}")
-        if not (self.rope_theta > 0 and self.norm_eps > 0 and self.init_std > 0):
-            raise ConfigError("rope_theta, norm_eps and init_std must be positive")
+        for f in ("rope_theta", "norm_eps", "init_std"):
+            v = getattr(self, f)
+            if not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f"{f} must be a positive finite number, got {v!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -158,3 +160,5 @@ class TrainConfig:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
+        from .validation import check_train_numbers
+        check_train_numbers(self)   # seed, the workers bound, NaN and inf

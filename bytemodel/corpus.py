@@ -93,13 +93,13 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
 
 def open_corpus(run_dir: str | os.PathLike) -> Corpus:
     run_dir = Path(run_dir)
+    from .runfiles import check_corpus_info
     try:
         info = json.loads((run_dir / CORPUS_FILE).read_text())
         tokens = np.memmap(run_dir / TOKENS_FILE, dtype="<u2", mode="r")
     except (OSError, ValueError) as e:
         raise SourceError(f"cannot open the corpus in {run_dir}: {e}") from None
-    if len(tokens) != info["n_tokens"]:
-        raise SourceError(f"corpus in {run_dir} is damaged (length {len(tokens)}, expected {info['n_tokens']})")
+    check_corpus_info(info, len(tokens), run_dir)
     return Corpus(tokens, info["split"], info["n_bytes"], info["n_docs"], info["sha256"])
 
 

@@ -120,6 +120,8 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     if engine not in ("auto", "host", "device"):
         raise ConfigError(f"unknown engine {engine!r}; choose auto, host or device")
     _check_sampling(temperature, top_k, top_p)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
     outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:

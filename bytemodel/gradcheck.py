@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import ModelConfig
+from .errors import ConfigError
 from .model import Model, layout
 
 BOUND = 1e-4
@@ -51,6 +52,8 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
                 B: int = 2, T: int | None = None) -> list[TensorCheck]:
     cfg = cfg or tiny_config()
     T = T or cfg.context
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     m = Model(cfg, dtype=np.float64)
     m.init_weights(seed)

@@ -31,7 +31,9 @@ from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, T
 from .model import Model
 from .ops import get_backend, resolve_device
 from .optim import LossScaler, lr_at
+from .runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
 from .tokenizer import Tokenizer
+from .validation import note_ignored_on_resume, stored_train_config
 
 LN2 = math.log(2)
 METRICS_FILE = "metrics.jsonl"
@@ -137,19 +139,23 @@ def prepare(tc: TrainConfig, resume: bool = False):
             if given.merges != loaded.tokenizer.merges:
                 raise TokenizerError(f"tokenizer {tc.tokenizer} does not match the checkpoint's "
                                      f"({given.n_merges} vs {loaded.tokenizer.n_merges} merges, or different ones)")
-        stored = dict(loaded.train.get("config", {}))
-        if not stored:
-            raise CheckpointError(f"{loaded.path} holds no training state to resume from")
-        # settings that define the run come from the checkpoint; steps may be extended
-        tc = TrainConfig(**{**stored, "steps": tc.steps or stored["steps"], "out_dir": str(run_dir),
-                            "device": tc.device, "precision": tc.precision,
-                            "distributed": tc.distributed, "shard_optimizer": tc.shard_optimizer})
+        stored = loaded.train.get("config")
+        # settings that define the run come from the checkpoint (checked strictly: a checkpoint is
+        # a file anyone can craft); steps may be extended
+        tc = stored_train_config(TrainConfig, loaded.train, str(loaded.path), out_dir=str(run_dir),
+                                 steps=tc.steps or (stored.get("steps", 0) if isinstance(stored, dict) else 0),
+                                 device=tc.device, precision=tc.precision,
+                                 distributed=tc.distributed, shard_optimizer=tc.shard_optimizer)
         tc.validate()
         tok = loaded.tokenizer
         corpus = open_corpus(run_dir)
         if corpus.sha256 != loaded.train.get("corpus_sha256"):
             raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on")
+        verify_tokens(corpus.tokens, corpus.sha256, loaded.cfg.vocab_size, run_dir)
         cfg = loaded.cfg
+        if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
+            raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
+                              f"window of context {cfg.context}")
         if tc.steps <= loaded.train.get("step", 0):
             raise ConfigError(f"the run is already at step {loaded.train.get('step')}; "
                               f"give --steps larger than that to continue")
@@ -196,23 +202,36 @@ def _prepare_ranks(world, tc: TrainConfig, resume: bool):
 
 
 def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=print,
-          stop_at: int | None = None) -> TrainResult:
+          stop_at: int | None = None, given: dict | None = None) -> TrainResult:
     """Train (or resume) a run as `tc` describes. Returns where it ended.
 
     stop_at: behave as if Ctrl-C came during that step (save and stop), for tests and scripts.
+    given: the settings the caller set explicitly; on resume, those the run overrides are named.
     Started by mpiexec/srun (or with distributed="mpi"), every rank calls this and trains its
     slice of each batch (see distributed.py); only rank 0 writes and logs.
+    A fresh run that fails before its first checkpoint removes the files and folders it made.
     """
     world = distributed.connect(tc.distributed)
+    made, armed = [], False
+    if not resume and world.main:
+        tc.validate()
+        if not tc.out_dir and tc.source:
+            tc.out_dir = str(_next_run_dir(tc.source))
+        if tc.out_dir and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
+            made, armed = new_folders(Path(tc.out_dir)), True
     try:
-        return _train(world, tc, resume, progress, log, stop_at)
+        return _train(world, tc, resume, progress, log, stop_at, given)
     except BaseException as e:
+        if armed and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
+            remove_failed_run(Path(tc.out_dir), made)
         world.fail(e)   # several ranks: report once and end the whole job; one process: re-raise
         raise
 
 
-def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -> TrainResult:
+def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, given=None) -> TrainResult:
     tc, run_dir, tok, corpus, cfg, loaded = _prepare_ranks(world, tc, resume)
+    if loaded is not None and given and world.main:
+        note_ignored_on_resume(loaded.train["config"], given, log)
     device = resolve_device(tc.device)
     world.use_device(device)            # this rank's GPU, and NCCL between the ranks' GPUs
     ops = get_backend(device, tc.precision)
@@ -237,6 +256,8 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
     T = cfg.context
     bytes_per_token = corpus.n_bytes / len(corpus.tokens)
     metrics_path = run_dir / METRICS_FILE
+    if world.main:   # lines past the checkpoint (a kill came between), or one cut short, go
+        trim_metrics(metrics_path, step)
     history = []
     last_val = loaded.train.get("val_bpb") if loaded else None
     last_loss = None
@@ -291,7 +312,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
         norm = norm_scaled / scale
         finite = math.isfinite(norm) and math.isfinite(loss)
         if not scaler.update(finite) and not scaler.enabled:
-            raise BytemodelError(f"training diverged at step {s} (loss {loss}); try a lower --lr")
+            raise BytemodelError(f"training diverged at step {s + 1} (loss {loss}); try a lower --lr")
         return loss, norm, ntok
 
     def finish(done, loss, norm, ntok, boundary):
@@ -306,10 +327,12 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at) -
         if boundary:
             last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
             rec["val_bpb"] = last_val
+            record(rec)   # before the save: a kill between the two leaves a line the resume trims
             save()
             bar.note(f"step {done}: train {rec['bpb']:.3f} bits/byte, val {last_val:.3f} bits/byte")
             t_last, tok_since = time.perf_counter(), 0
-        record(rec)
+        else:
+            record(rec)
         bar.update(done, rec, last_val)
 
     with _StopFlag() as stop, bar:

@@ -11,8 +11,9 @@ PKG = Path(__file__).resolve().parents[1] / "bytemodel"
 # Lowest first. Within a layer nothing imports anything else (except inside one package).
 LAYERS = [
     ("errors",),                                  # user errors: one line each
+    ("fileguard", "validation"),                  # what a path may be; settings' ranges and types
     ("atomic", "resources", "config"),            # the one atomic write; gpu/ + datasets/; settings
-    ("readers",),                                 # file(s) -> byte documents -> file
+    ("readers", "runfiles"),                      # file(s) -> byte documents -> file; run files
     ("tokenizer",),                               # bytes <-> ids
     ("catalogue", "corpus", "sampling"),          # named datasets; documents -> token file; draws
     ("ops",),                                     # the op table and its backends (the device)

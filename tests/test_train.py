@@ -161,5 +161,5 @@ def test_divergence_stops_with_a_clear_error(tmp_path, dna_file, fast_settings, 
         losses, cache = real(logits, targets)
         return losses * np.nan, cache
     monkeypatch.setattr(numpy_ops, "cross_entropy_forward", nan_loss)
-    with pytest.raises(BytemodelError, match="diverged at step 0"):
+    with pytest.raises(BytemodelError, match="diverged at step 1 "):   # the first step, counted from 1
         bytemodel.train(dna_file, tmp_path / "run", steps=5, **fast_settings)

@@ -9,6 +9,7 @@ exits 1; an interrupted run exits 130 after saving.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 @app.command()
 def train(
+    ctx: typer.Context,
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
     preset: str = typer.Option(D.preset, help="Model size: tiny, small or base."),
     steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count)."),
@@ -90,6 +92,12 @@ def train(
                         workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
                         eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
                         model=overrides)
+        if resume:   # only what was given on the command line: the run's own settings win, and say so
+            given = lambda k: ctx.get_parameter_source(k).name == "COMMANDLINE"  # noqa: E731
+            settings = {k: v for k, v in settings.items()
+                        if k in ("steps", "device", "precision", "tokenizer") or (k != "model" and given(k))}
+            if overrides:
+                settings["model"] = overrides
         res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
         if not res.main:            # MPI ranks other than 0: rank 0 reports
             raise typer.Exit(130 if res.interrupted else 0)
@@ -108,12 +116,13 @@ def train(
 
 def _read_prompt(prompt: str) -> bytes:
     if prompt.startswith("@"):
-        p = Path(prompt[1:])
+        from ..fileguard import regular_file
+        p = regular_file(prompt[1:], "prompt file", ConfigError)
         try:
             return p.read_bytes()
         except OSError as e:
             raise ConfigError(f"cannot read prompt file {p}: {e.strerror}") from None
-    return prompt.encode("utf-8")
+    return os.fsencode(prompt)   # the bytes as given: a shell's $'AC\xffGT' arrives surrogate-escaped
 
 
 @app.command()
@@ -183,6 +192,8 @@ def generate(
                               samples, out, fmt, run_reader)
             return
         if out is None and not fmt:
+            if sys.stdout is None:   # started with stdout closed (>&-)
+                raise ConfigError("stdout is closed: give --out FILE to write the bytes to a file")
             stream = sys.stdout.buffer
             data = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document,
                                on_bytes=lambda b: (stream.write(b), stream.flush()),
@@ -322,6 +333,9 @@ compress_cmd.register(app)
 
 
 def main() -> None:
+    import signal
+    # `kill` (SIGTERM) unwinds like an error: temporary files and a fresh run's folder are removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     app()
 
 

@@ -7,6 +7,7 @@ Files: tok.json (see bytemodel.tokenizer); ids files are raw uint16 little-endia
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Optional
@@ -43,6 +44,8 @@ def train_cmd(
     from ..readers import read_documents
     from ..tokenizer import Tokenizer
     with user_errors():
+        if not (max_sample_mb > 0 and math.isfinite(max_sample_mb)):
+            raise TokenizerError(f"max-sample-mb must be a positive number, got {max_sample_mb}")
         t0 = time.perf_counter()
         docs = read_documents(source, reader or None)
         tok = Tokenizer.train(docs, merges, pre_split=pre_split,
@@ -131,7 +134,8 @@ def decode_cmd(
     from ..tokenizer import Tokenizer
     with user_errors():
         tok = Tokenizer.load(tokenizer)
-        size = file.stat().st_size
+        from ..fileguard import regular_file
+        size = regular_file(file, "ids file", TokenizerError).stat().st_size
         if size % 2:
             raise TokenizerError(f"{file} has an odd number of bytes ({size}); not a uint16 ids file")
         n = 0

@@ -28,16 +28,26 @@ __all__ = ["Reader", "register", "get_reader", "detect", "list_readers", "read_d
 
 def source_files(path: str | os.PathLike) -> list[Path]:
     """The files a source names: the file itself, or every non-hidden file under a directory."""
+    from ..fileguard import regular_file
     p = Path(path)
     if not p.exists():
         raise SourceError(f"source not found: {p}")
     if not p.is_dir():
-        return [p]
-    try:
-        files = sorted(f for f in p.rglob("*")
-                       if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
-    except OSError as e:
-        raise SourceError(f"cannot list {p}: {e.strerror or e}") from None
+        return [regular_file(p)]   # a pipe, FIFO or device cannot be read twice, or ends never
+    files = []
+
+    def refuse(e: OSError):    # os.walk would skip a folder it may not read, and call it empty
+        raise SourceError(f"cannot list {e.filename or p}: {e.strerror or e}")
+    seen = set()
+    for folder, dirs, names in os.walk(p, onerror=refuse, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:           # a symlink loop: each real folder once
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        files += [Path(folder) / n for n in names if not n.startswith(".") and os.path.isfile(os.path.join(folder, n))]
+    files.sort()
     if not files:
         raise SourceError(f"directory has no files: {p}")
     return files

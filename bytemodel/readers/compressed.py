@@ -51,10 +51,9 @@ def open_decompressed(path: str | os.PathLike) -> BinaryIO:
     kind = compression_of(head)
     if kind == "gzip":
         return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    if kind == "xz":
-        return lzma.LZMAFile(f, mode="rb")  # type: ignore[return-value]
-    if kind == "bzip2":
-        return bz2.BZ2File(f, mode="rb")  # type: ignore[return-value]
+    if kind in ("xz", "bzip2"):   # strictly: bytes after the last stream are refused, as gzip does
+        from .multistream import open_strict
+        return open_strict(f, kind)
     if kind == "zstd":
         check_frames(f, path)
         zstandard = need("zstandard", "zstandard", "zstd")

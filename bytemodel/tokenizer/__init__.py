@@ -168,7 +168,8 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
         """Read and check tok.json; TokenizerError on a missing, corrupt or edited file."""
-        path = Path(path)
+        from ..fileguard import regular_file
+        path = regular_file(path, "tokenizer", TokenizerError)   # not a FIFO or /dev/zero
         try:
             raw = path.read_bytes()
         except OSError as e:

@@ -51,6 +51,8 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
         return [d if isinstance(d, bytes) else bytes(d) for d in data if len(d)]
     cap = max(1, max_bytes // SAMPLE_BLOCK) if max_bytes >= SAMPLE_BLOCK else 1
     block = min(SAMPLE_BLOCK, max(1, max_bytes))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TokenizerError(f"seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
     kept: list[tuple[int, list[tuple[int, int, bytes]]]] = []
     n_units = 0

@@ -1,0 +1,90 @@
+"""Checks on training settings and on the training state a checkpoint carries.
+
+Settings come from flags, from the Python API, and on --resume from the checkpoint itself, which a
+user (or a damaged disk, or a hostile file) may have changed; each must be refused with one line
+before any work, never reach NumPy as a NaN or a negative seed, nor start a million threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .errors import CheckpointError, ConfigError
+
+MAX_WORKERS = 256   # each CPU worker holds a full gradient buffer and a model replica; more threads
+                    # than this are never useful and a typo (or a crafted checkpoint) could ask for 10^6
+
+
+def check_train_numbers(tc) -> None:
+    """The numeric settings TrainConfig.validate leaves to us: ranges that NaN and inf slip past."""
+    if isinstance(tc.seed, bool) or not isinstance(tc.seed, (int, np.integer)) or tc.seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {tc.seed!r}")
+    if not 0 <= tc.workers <= MAX_WORKERS:
+        raise ConfigError(f"workers must be 0 (one per core) .. {MAX_WORKERS}, got {tc.workers}")
+    for name in ("grad_clip", "weight_decay"):
+        v = getattr(tc, name)
+        if not (v >= 0 and math.isfinite(v)):
+            raise ConfigError(f"{name.replace('_', '-')} must be a finite number >= 0, got {v}")
+    for name in ("beta1", "beta2"):
+        v = getattr(tc, name)
+        if not 0 <= v < 1:
+            raise ConfigError(f"{name} must be in [0, 1), got {v}")
+    if not 0 <= tc.min_lr_ratio <= 1:
+        raise ConfigError(f"min-lr-ratio must be in [0, 1], got {tc.min_lr_ratio}")
+
+
+def _typed(name: str, default, value, where: str):
+    """`value` if it has the type of the field's default (an int may stand for a float)."""
+    ok = (isinstance(value, bool) if isinstance(default, bool)
+          else (isinstance(value, int) and not isinstance(value, bool)) if isinstance(default, int)
+          else (isinstance(value, (int, float)) and not isinstance(value, bool)) if isinstance(default, float)
+          else isinstance(value, type(default)))
+    if not ok:
+        raise CheckpointError(f"{where}: training setting {name} is {value!r}, not a {type(default).__name__}")
+    return float(value) if isinstance(default, float) else value
+
+
+def stored_train_config(cls, train: dict, where: str, **given):
+    """Rebuild a TrainConfig (class `cls`) from a checkpoint's training state, strictly.
+
+    given: settings that replace the stored ones (steps, out_dir, device, precision).
+    """
+    stored = train.get("config")
+    if not isinstance(stored, dict) or not stored:
+        raise CheckpointError(f"{where} holds no training state to resume from")
+    step = train.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{where}: the training state has no valid step count ({step!r})")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(stored) - set(fields))
+    if unknown:
+        raise CheckpointError(f"{where}: unknown training setting(s) {', '.join(unknown)}")
+    kw = {}
+    for name, value in stored.items():
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        kw[name] = _typed(name, default, value, where)
+    for key in ("optim", "scaler"):
+        if not isinstance(train.get(key, {}), dict):
+            raise CheckpointError(f"{where}: the training state's {key} is not a JSON object")
+    kw.update({k: v for k, v in given.items()})
+    return cls(**kw)
+
+
+HONOURED_ON_RESUME = ("steps", "device", "precision", "tokenizer", "out_dir")  # the rest is the run's own
+
+
+def note_ignored_on_resume(stored: dict, given: dict, log) -> None:
+    """Say which settings given with --resume the run keeps from its checkpoint instead."""
+    for name in sorted(given):
+        if name in HONOURED_ON_RESUME:
+            continue
+        if name == "model":
+            diff = {k: v for k, v in given[name].items() if stored.get("model", {}).get(k, v) != v}
+            if diff:
+                log(f"note: model settings {diff} ignored on --resume: the run keeps its own model")
+        elif name in stored and given[name] != stored[name]:
+            log(f"note: --{name.replace('_', '-')} {given[name]} ignored on --resume: "
+                f"the run keeps its own {stored[name]}")
