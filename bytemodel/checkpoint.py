@@ -36,6 +36,11 @@ VERSION = 2   # 2: the checksum covers every tensor and all metadata (1: the wei
 CKPT_NAME = "checkpoint.safetensors"
 
 
+def _sha(flat: np.ndarray) -> str:
+    """SHA-256 of flat fp32 weights: the weights' identity (compress.py records it in .bmz files)."""
+    return hashlib.sha256(np.ascontiguousarray(flat, dtype="<f4").tobytes()).hexdigest()
+
+
 def digest(meta: dict, tensors: dict[str, np.ndarray]) -> str:
     """SHA-256 of the metadata (without its "sha256" key) and of every tensor, in name order."""
     h = hashlib.sha256()

@@ -73,7 +73,8 @@ def stored_train_config(cls, train: dict, where: str, **given):
     return cls(**kw)
 
 
-HONOURED_ON_RESUME = ("steps", "device", "precision", "tokenizer", "out_dir")  # the rest is the run's own
+# what --resume takes from the command line; every other setting is the run's own
+HONOURED_ON_RESUME = ("steps", "device", "precision", "tokenizer", "out_dir", "distributed", "shard_optimizer")
 
 
 def note_ignored_on_resume(stored: dict, given: dict, log) -> None:

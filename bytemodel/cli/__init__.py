@@ -93,9 +93,10 @@ def train(
                         eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
                         model=overrides)
         if resume:   # only what was given on the command line: the run's own settings win, and say so
+            from ..validation import HONOURED_ON_RESUME
             given = lambda k: ctx.get_parameter_source(k).name == "COMMANDLINE"  # noqa: E731
             settings = {k: v for k, v in settings.items()
-                        if k in ("steps", "device", "precision", "tokenizer") or (k != "model" and given(k))}
+                        if k in HONOURED_ON_RESUME or (k != "model" and given(k))}
             if overrides:
                 settings["model"] = overrides
         res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
