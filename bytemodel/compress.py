@@ -13,8 +13,10 @@ as a new document: its context starts with <doc>, and its window slides as in ge
 bytemodel/lockstep.py: at most `window` tokens; when full, the newest window/2 are re-read). The
 streams advance in lockstep, one token each per step, in lanes of `lane` streams: each lane is one
 batched KV cache, and a step is one (lane, 1) forward pass per lane. Lanes run on separate threads
-on the CPU; on the GPU one lane holds every stream. One range coder takes the symbols in step
-order, and within a step in stream order.
+on the CPU; on the GPU one lane holds every stream. The streams are also split into `coders`
+contiguous groups, each with its own range coder (threads: the coder is the serial part on a
+GPU), which takes its streams' symbols in step order, and within a step in stream order; the
+payload is the coders' outputs one after the other (their lengths are in the header).
 
 Probabilities. The logits of the tokenizer's byte and merge ids (the <doc> id never occurs inside
 a stream, so it is left out) become integer frequencies that sum to 2^24, each at least 1
@@ -51,6 +53,7 @@ import numpy as np
 
 from .errors import BytemodelError, ConfigError
 from .lockstep import Lockstep, check_window
+from .ops import numpy_ops
 
 MAGIC = b"\x89BMZ\r\n\x1a\n"
 VERSION = 1
@@ -60,10 +63,11 @@ TOTAL = 1 << PREC_BITS
 _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
 _TRAILER = 32                # SHA-256
 MAX_HEADER = 1 << 20
-MIN_STREAM = 8               # default layout: at least this many windows of tokens per stream
+MIN_STREAM = 4               # default layout: at least this many windows of tokens per stream
 CPU_LANE = 16                # default streams per lane on the CPU (one BLAS call per op per lane)
 CPU_MAX_STREAMS = 64
 GPU_MAX_STREAMS = 4096
+GPU_CODERS = 8               # range coders on threads on the GPU's host (the coder is the serial part)
 
 
 class CompressError(BytemodelError):
@@ -116,9 +120,9 @@ def split(n: int, streams: int) -> np.ndarray:
 
 def default_layout(n_tokens: int, window: int, device: str) -> tuple[int, int]:
     """(streams, lane): enough streams to fill the batch, each at least MIN_STREAM windows long."""
-    cap = GPU_MAX_STREAMS if device == "cuda" else CPU_MAX_STREAMS
+    cap = CPU_MAX_STREAMS if device == "cpu" else GPU_MAX_STREAMS
     streams = int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
-    lane = max(streams, 1) if device == "cuda" else CPU_LANE
+    lane = CPU_LANE if device == "cpu" else max(streams, 1)
     return streams, lane
 
 
@@ -153,7 +157,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
 
     lengths (S,): tokens per stream (non-increasing). At each step t, decide(t, active, freqs,
     logp) gets the S' = active streams (the first S', those with more than t tokens), their
-    frequencies (S', A) int64 and, if want_logp, the full model's log-probabilities (S', V)
+    frequencies (S', A) (integers, as float32) and, if want_logp, the full model's log-probabilities (S', V)
     float64 (else None), and returns their tokens (S',). Inactive streams are fed token 0.
     """
     model, tok = lm.model, lm.tokenizer
@@ -169,7 +173,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     weights = model.weights()
     mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
     steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights) for i, (a, b) in enumerate(bounds)]
-    freqs = np.empty((S, A), dtype=np.int64)
+    freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
 
@@ -177,11 +181,9 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         for i in mine[w]:
             a, b = bounds[i]
             lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
-            freqs[a:b] = ops.to_numpy(quantise(lg, A, xp))
+            freqs[a:b] = ops.to_numpy(quantise(lg, A, xp).astype(xp.float32))
             if want_logp:
-                z = ops.to_numpy(lg[:, :V]).astype(np.float64)
-                from .ops import numpy_ops
-                logp[a:b] = numpy_ops.log_softmax(z)
+                logp[a:b] = numpy_ops.log_softmax(ops.to_numpy(lg[:, :V]).astype(np.float64))
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
     limiter = _blas_one_thread() if cpu else None
@@ -226,10 +228,16 @@ def _blas_one_thread():
 # the two directions
 
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
-             workers: int | None = None, stats: dict | None = None, progress=None) -> bytes:
-    """data -> a .bmz container (bytes). stats, if a dict, receives the model's cross-entropy
-    ('model_bits', full vocabulary, float64), the ideal size under the quantised frequencies
-    ('quantised_bits') and the payload's size ('payload_bits')."""
+             coders: int | None = None, workers: int | None = None, stats: dict | None = None,
+             progress=None) -> bytes:
+    """data -> a .bmz container (bytes).
+
+    streams, window, lane: the stream layout (default: default_layout). coders: independent range
+    coders, each taking a contiguous group of streams, run on threads (default: 1 on the CPU, where
+    the lanes use the cores, up to GPU_CODERS on the GPU). workers: CPU threads for the lanes.
+    stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
+    the ideal size under the quantised frequencies ('quantised_bits') and the payload's size
+    ('payload_bits')."""
     constriction = _coder()
     data = bytes(data)
     model, tok = lm.model, lm.tokenizer
@@ -247,24 +255,41 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     if ln < 1:
         raise ConfigError(f"lane must be at least 1, got {ln}")
     ln = min(ln, max(S, 1))
+    C = (1 if device == "cpu" else min(GPU_CODERS, _cores())) if coders is None else int(coders)
+    if C < 1:
+        raise ConfigError(f"coders must be at least 1, got {C}")
+    C = max(1, min(C, S))
     lengths = split(n, S)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if S else lengths
-    enc = constriction.stream.queue.RangeEncoder()
+    starts = _starts(lengths)
+    groups = _groups(S, C)
     family = constriction.stream.model.Categorical(perfect=False)
+    encs = [constriction.stream.queue.RangeEncoder() for _ in groups]
     acc = {"model_bits": 0.0, "quantised_bits": 0.0}
     want = stats is not None
+    pool = ThreadPoolExecutor(len(groups)) if len(groups) > 1 else None
+
+    def encode(g, active, sym, freqs):
+        a, b = groups[g]
+        b = min(b, active)
+        if b > a:
+            encs[g].encode(sym[a:b].astype(np.int32), family, freqs[a:b])
 
     def decide(t, active, freqs, logp):
         sym = ids[starts[:active] + t]
-        enc.encode(sym.astype(np.int32), family, freqs.astype(np.float32))
+        _each(pool, len(groups), lambda g: encode(g, active, sym, freqs))
         if want:
             rows = np.arange(active)
             acc["quantised_bits"] += float(-np.log2(freqs[rows, sym] / TOTAL).sum())
             acc["model_bits"] += float(-logp[rows, sym].sum() / np.log(2))
         return sym
 
-    _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress)
-    payload = enc.get_compressed().astype("<u4").tobytes() if n else b""
+    try:
+        _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    parts = [e.get_compressed().astype("<u4").tobytes() for e in encs] if n else []
+    payload = b"".join(parts)
     header = {
         "format": FORMAT, "version": VERSION,
         "checkpoint": checkpoint_identity(lm),
@@ -273,13 +298,35 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         "layout": {"tokens": n, "streams": S, "window": W, "lane": ln, "reread": W // 2,
                    "order": "step-major, streams in order"},
         "coder": {"name": "constriction.stream.queue.RangeEncoder", "version": _coder_version(),
-                  "model": "Categorical(perfect=False)", "precision_bits": PREC_BITS, "alphabet": tok.doc_id},
+                  "model": "Categorical(perfect=False)", "precision_bits": PREC_BITS, "alphabet": tok.doc_id,
+                  "group_words": [len(p) // 4 for p in parts]},
         "backend": backend_info(model),
         "payload_bytes": len(payload),
     }
     if want:
         stats.update(acc, payload_bits=8 * len(payload), tokens=n, bytes=len(data), streams=S)
     return _pack(header, payload)
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+
+
+def _groups(S: int, C: int) -> list[tuple[int, int]]:
+    """C contiguous groups of streams, the first S % C one stream larger: (first, end) each."""
+    sizes = split(S, C)
+    ends = np.cumsum(sizes)
+    return [(int(e - z), int(e)) for e, z in zip(ends, sizes)]
+
+
+def _each(pool, n: int, fn) -> None:
+    """fn(0..n-1), on the pool's threads when there is one (constriction releases the GIL)."""
+    if pool is None:
+        for g in range(n):
+            fn(g)
+        return
+    for f in [pool.submit(fn, g) for g in range(n)]:
+        f.result()
 
 
 def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) -> bytes:
@@ -292,21 +339,36 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     if W > lm.model.cfg.context:
         raise CompressError(f"the file's window {W} exceeds the model's context {lm.model.cfg.context}")
     lengths = split(n, S)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if S else lengths
+    starts = _starts(lengths)
     ids = np.zeros(n, dtype=np.int64)
     words = np.frombuffer(payload, dtype="<u4").astype(np.uint32)
-    dec = constriction.stream.queue.RangeDecoder(words) if n else None
+    counts = header["coder"]["group_words"]
+    groups = _groups(S, len(counts)) if n else []
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    decs = [constriction.stream.queue.RangeDecoder(words[offs[g]:offs[g + 1]]) for g in range(len(groups))]
     family = constriction.stream.model.Categorical(perfect=False)
+    sym = np.zeros(S, dtype=np.int64)
+    pool = ThreadPoolExecutor(min(len(groups), _cores())) if len(groups) > 1 else None
+
+    def decode(g, active, freqs):
+        a, b = groups[g]
+        b = min(b, active)
+        if b > a:
+            sym[a:b] = decs[g].decode(family, freqs[a:b])
 
     def decide(t, active, freqs, logp):
         try:
-            sym = np.asarray(dec.decode(family, freqs.astype(np.float32)), dtype=np.int64)
+            _each(pool, len(groups), lambda g: decode(g, active, freqs))
         except Exception as e:  # the coder refusing its input: the payload does not fit the model
             raise CompressError(f"the payload cannot be decoded with this model ({e})") from None
-        ids[starts[:active] + t] = sym
-        return sym
+        ids[starts[:active] + t] = sym[:active]
+        return sym[:active]
 
-    _drive(lm, lengths, W, ln, decide, workers, progress=progress)
+    try:
+        _drive(lm, lengths, W, ln, decide, workers, progress=progress)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     data = lm.tokenizer.decode(ids) if n else b""
     orig = header["original"]
     if len(data) != orig["bytes"] or hashlib.sha256(data).hexdigest() != orig["sha256"]:
@@ -379,6 +441,11 @@ def _validate(h: dict) -> None:
     if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
         raise ValueError("unknown coder settings")
     _int(c, "alphabet", 1)
+    gw = c["group_words"]
+    if not isinstance(gw, list) or (n > 0) != (len(gw) > 0) or len(gw) > max(S, 1) \
+            or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in gw) \
+            or 4 * sum(gw) != h["payload_bytes"]:
+        raise ValueError("inconsistent coder groups")
     if not isinstance(h["backend"].get("device"), str):
         raise ValueError("backend missing")
     if _int(h, "payload_bytes") % 4:

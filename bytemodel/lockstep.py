@@ -75,7 +75,7 @@ class Lockstep:
             keep = W // 2
             self.recent[:, :keep - 1] = self.recent[:, W - keep + 1:]
             self.recent[:, keep - 1] = ids
-            x = self.recent[:, :keep]
+            x = np.ascontiguousarray(self.recent[:, :keep])
             logits = m.forward_cached(o.asarray(x), self.cache, 0, self.weights)     # (B, W/2, V)
             self.pos = keep
             return logits[:, -1]

@@ -125,12 +125,15 @@ def test_round_trip_empty_and_one_byte(lm, data):
     assert bmz.read(blob)[0]["original"]["bytes"] == len(data)
 
 
-@pytest.mark.parametrize("streams,window,lane", [(1, None, None), (7, None, 2), (5, 8, 5), (40, 32, 16)])
-def test_round_trip_longer_than_context(lm, streams, window, lane):
+@pytest.mark.parametrize("streams,window,lane,coders", [(1, None, None, None), (7, None, 2, 3), (5, 8, 5, 1),
+                                                        (40, 32, 16, 6)])
+def test_round_trip_longer_than_context(lm, streams, window, lane, coders):
     data = _dna(1200, seed=5)                        # ~40 contexts: the window re-read runs often
-    blob = lm.compress(data, streams=streams, window=window, lane=lane)
-    h = bmz.read(blob)[0]["layout"]
+    blob = lm.compress(data, streams=streams, window=window, lane=lane, coders=coders)
+    header = bmz.read(blob)[0]
+    h = header["layout"]
     assert (h["streams"], h["window"]) == (streams, window or 32)
+    assert len(header["coder"]["group_words"]) == (coders or 1)
     assert lm.decompress(blob) == data
 
 
@@ -305,6 +308,36 @@ def test_cli_eval_table_and_json(run_dir, lm, tmp_path):
 
 
 # ------------------------------------------------------------------------------- GPU
+
+def _standin_lm(run_dir):
+    """The model on a stand-in for a GPU backend: NumPy ops under another name, so compress takes
+    the device path (one lane for every stream, several coders on threads, no BLAS limit) in CI."""
+    import importlib.util
+    spec = importlib.util.find_spec("bytemodel.ops.numpy_ops")
+    ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ops)
+    ops.describe = lambda: {"device": "standin", "precision": "fp32"}
+    ops.cpu_threads = False                                  # one "device" runs every lane
+    m = bytemodel.load(run_dir)
+    m.model.ops = ops
+    return m
+
+
+def test_device_path_through_a_standin_backend(run_dir, lm):
+    g = _standin_lm(run_dir)
+    data = _dna(1500, seed=13)
+    blob = g.compress(data)
+    header = bmz.read(blob)[0]
+    assert header["backend"] == {"device": "standin", "precision": "fp32"}
+    assert header["layout"]["lane"] == header["layout"]["streams"] > 1          # one lane holds them all
+    assert len(header["coder"]["group_words"]) == min(bmz.GPU_CODERS, header["layout"]["streams"],
+                                                      len(os.sched_getaffinity(0)))
+    assert g.decompress(blob) == data
+    with pytest.raises(bmz.CompressError, match="--device standin"):
+        lm.decompress(blob)                                  # a device file is refused on the CPU
+    with pytest.raises(bmz.CompressError, match="--device cpu"):
+        g.decompress(lm.compress(data))                      # and a CPU file on the device
+
 
 @pytest.mark.gpu
 def test_gpu_round_trip(run_dir):

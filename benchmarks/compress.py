@@ -1,0 +1,143 @@
+"""`bytemodel compress` / `decompress`: throughput each way, and size against xz -9e and zstd -19.
+
+The data is the raw bytes of the shipped Klebsiella FASTA sample (datasets/, decompressed: header
+line, 80-column lines of bases). The model is a preset either trained here for --train-steps on
+the bytes before the measured slice (so the slice is unseen), or left at its random
+initialisation (--train-steps 0: for speed only; its sizes are near 8 bits/byte). Each
+configuration compresses the slice, decompresses it (checked byte for byte) and reports KB/s
+each way (1 KB = 1000 bytes, wall clock, the median of --rounds), the .bmz size (header
+included) against xz -9e and zstd -19 on the same slice, and the model's own cross-entropy on the
+stream layout (the bar the coder must meet: within 1% plus the header).
+
+    CPU: PYTHONPATH=. python benchmarks/compress.py --preset tiny --train-steps 300 --bytes 100000
+    GPU: PYTHONPATH=. python benchmarks/compress.py --preset base --device cuda --train-steps 0 \\
+             --bytes 1000000 --configs 1024:1024,128:4096
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import lzma
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import bytemodel
+from bytemodel.resources import datasets_dir
+
+
+def load_data(n_train: int, n: int) -> tuple[bytes, bytes]:
+    raw = gzip.decompress((datasets_dir() / "klebsiella_hs11286_1m.fa.gz").read_bytes())
+    if n_train + n > len(raw):
+        raise SystemExit(f"the sample has {len(raw):,} bytes; asked for {n_train:,} + {n:,}")
+    return raw[:n_train], raw[n_train:n_train + n]
+
+
+def model(args, head: bytes, work: Path):
+    if args.checkpoint:
+        return bytemodel.load(args.checkpoint, device=args.device, precision=args.precision)
+    src = work / "head.fa.txt"
+    src.write_bytes(head)
+    run = work / "run"
+    if args.train_steps > 0:
+        t = time.perf_counter()
+        bytemodel.train(str(src), str(run), preset=args.preset, steps=args.train_steps, reader="raw",
+                        device=args.device, precision=args.precision if args.device != "cpu" else "fp32",
+                        batch_size=args.batch_size)
+        print(f"trained {args.preset} for {args.train_steps} steps in {time.perf_counter() - t:.0f} s",
+              file=sys.stderr)
+    else:
+        from bytemodel import checkpoint
+        from bytemodel.config import preset
+        from bytemodel.model import Model
+        from bytemodel.tokenizer import Tokenizer
+        cfg = preset(args.preset)
+        m = Model(cfg)
+        m.init_weights(0)
+        checkpoint.save(run / checkpoint.CKPT_NAME, cfg, Tokenizer(), m.params)
+    return bytemodel.load(run, device=args.device, precision=args.precision)
+
+
+def measure(lm, data: bytes, window, streams, rounds: int) -> dict:
+    enc, dec, blob, stats = [], [], b"", {}
+    for _ in range(rounds):
+        stats = {}
+        t = time.perf_counter()
+        blob = lm.compress(data, window=window, streams=streams, stats=stats)
+        enc.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        back = lm.decompress(blob)
+        dec.append(time.perf_counter() - t)
+        assert back == data, "round trip failed"
+    from bytemodel.compress import read
+    header, _ = read(blob)
+    n = len(data)
+    return {"window": header["layout"]["window"], "streams": header["layout"]["streams"],
+            "lane": header["layout"]["lane"], "bytes": n,
+            "compress_KBps": n / statistics.median(enc) / 1e3, "decompress_KBps": n / statistics.median(dec) / 1e3,
+            "bmz_bytes": len(blob), "bmz_bpb": 8 * len(blob) / n, "model_bpb": stats["model_bits"] / n,
+            "payload_over_model": stats["payload_bits"] / stats["model_bits"] - 1,
+            "header_bytes": len(blob) - stats["payload_bits"] // 8}
+
+
+def baselines(data: bytes) -> dict:
+    import zstandard
+    out = {}
+    for name, fn in (("xz -9e", lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME)),
+                     ("zstd -19", lambda d: zstandard.ZstdCompressor(level=19).compress(d))):
+        t = time.perf_counter()
+        size = len(fn(data))
+        out[name] = {"bytes": size, "bpb": 8 * size / len(data), "compress_KBps": len(data) / (time.perf_counter() - t) / 1e3}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--checkpoint", default="", help="use this run instead of training one")
+    ap.add_argument("--train-steps", type=int, default=300, help="0: random initial weights (speed only)")
+    ap.add_argument("--train-bytes", type=int, default=800_000)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--bytes", type=int, default=100_000, help="size of the measured slice")
+    ap.add_argument("--configs", default="", help="comma-separated WINDOW:STREAMS pairs (0: the default), "
+                    "e.g. 1024:1024,128:4096 (default: one, both chosen by bytemodel)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--json", default="", help="also write the results here")
+    args = ap.parse_args()
+    head, data = load_data(args.train_bytes, args.bytes)
+    with tempfile.TemporaryDirectory() as tmp:
+        lm = model(args, head, Path(tmp))
+        configs = [tuple(int(v) or None for v in c.split(":")) for c in args.configs.split(",") if c] or [(None, None)]
+        base = baselines(data)
+        rows = []
+        for w, s in configs:
+            lm.decompress(lm.compress(data[:4096], window=w, streams=s))   # warm-up: kernels compiled, caches made
+            r = measure(lm, data, w, s, args.rounds)
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr, flush=True)
+    from bytemodel.compress import backend_info
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
+    print("| window | streams | compress KB/s | decompress KB/s | .bmz bits/byte | model cross-entropy | "
+          "xz -9e | zstd -19 | .bmz / xz | .bmz / zstd |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['window']} | {r['streams']} | {r['compress_KBps']:.1f} | {r['decompress_KBps']:.1f} | "
+              f"{r['bmz_bpb']:.3f} | {r['model_bpb']:.3f} | {base['xz -9e']['bpb']:.3f} | "
+              f"{base['zstd -19']['bpb']:.3f} | {r['bmz_bytes'] / base['xz -9e']['bytes']:.3f} | "
+              f"{r['bmz_bytes'] / base['zstd -19']['bytes']:.3f} |")
+    print(f"xz -9e compresses at {base['xz -9e']['compress_KBps']:.0f} KB/s, zstd -19 at "
+          f"{base['zstd -19']['compress_KBps']:.0f} KB/s here")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "baselines": base, "load": load,
+                                               "preset": args.preset, "device": args.device}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
