@@ -35,7 +35,7 @@ Container (.bmz):
     8 bytes   magic b"\\x89BMZ\\r\\n\\x1a\\n"
     2 bytes   container version (little-endian)
     4 bytes   header length H (little-endian)
-    H bytes   header: UTF-8 JSON (format, checkpoint name + SHA-256 of weights and of tokenizer,
+    H bytes   header: zlib-compressed UTF-8 JSON (format, checkpoint name + SHA-256 of weights and of tokenizer,
               reader spec, original length + SHA-256, stream layout, coder, backend, payload size)
     P bytes   payload: the range coder's 32-bit words, little-endian
     32 bytes  SHA-256 of everything before it (a flipped bit or a cut file is refused up front)
@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -385,7 +386,7 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
 # the container
 
 def _pack(header: dict, payload: bytes) -> bytes:
-    h = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    h = zlib.compress(json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8"), 9)
     body = MAGIC + struct.pack("<HI", VERSION, len(h)) + h + payload
     return body + hashlib.sha256(body).digest()
 
@@ -405,9 +406,10 @@ def read(blob: bytes) -> tuple[dict, bytes]:
     if hlen > MAX_HEADER or _FIXED + hlen > len(blob) - _TRAILER:
         raise CompressError("malformed .bmz file: bad header length")
     try:
-        header = json.loads(blob[_FIXED:_FIXED + hlen].decode("utf-8"))
+        text = zlib.decompressobj().decompress(blob[_FIXED:_FIXED + hlen], MAX_HEADER)
+        header = json.loads(text.decode("utf-8"))
         _validate(header)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, zlib.error) as e:
         raise CompressError(f"malformed .bmz header ({e})") from None
     payload = blob[_FIXED + hlen:-_TRAILER]
     if len(payload) != header["payload_bytes"]:
