@@ -9,6 +9,7 @@ import typer
 
 from .errors import user_errors
 from ..errors import ConfigError
+from ..fileguard import regular_file
 
 SUFFIX = ".bmz"
 
@@ -50,7 +51,7 @@ def compress(
     with user_errors():
         target = out or file.with_name(file.name + SUFFIX)
         _check_out(target, force)
-        data = file.read_bytes()
+        data = regular_file(file, "input").read_bytes()
         lm = load(checkpoint, device=device, precision=precision)
         stats: dict = {}
         blob = api_compress(lm, data, streams=streams, window=window, workers=workers or None, stats=stats)
@@ -87,7 +88,7 @@ def decompress(
                 raise ConfigError(f"{file} does not end in {SUFFIX}: give --out")
             out = file.with_suffix("")
         _check_out(out, force)
-        blob = file.read_bytes()
+        blob = regular_file(file, "input").read_bytes()
         header, _ = read(blob)
         backend = header["backend"]
         if checkpoint is None:
@@ -114,8 +115,7 @@ def eval_files(
     from ..evaluate import evaluate, table
     with user_errors():
         for f in files:
-            if not f.is_file():
-                raise ConfigError(f"not a file: {f}")
+            regular_file(f, "input")
         lm = load(checkpoint, device=device)
         res = evaluate(lm, files, _run_reader(lm))
         res["checkpoint"] = str(lm.path)
