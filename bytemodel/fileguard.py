@@ -53,7 +53,8 @@ def regular_file(path: str | os.PathLike, what: str = "source",
     except OSError as e:
         raise error(f"cannot read {what} {p}: {e.strerror or e}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{what} {p} is not a regular file (a {kind_of(st.st_mode)}); "
+        shown = f"{p} (a link to {os.path.realpath(p)})" if os.path.islink(p) else str(p)
+        raise error(f"{what} {shown} is not a regular file (a {kind_of(st.st_mode)}); "
                     f"save the data to a file and give that instead")
     return p
 

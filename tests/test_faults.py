@@ -274,12 +274,29 @@ def test_wav_at_a_low_but_real_rate_still_reads(tmp_path):
 # ================================================================================================
 # 5. pipes, FIFOs and devices as sources, prompts, tokenizers and checkpoints
 # ================================================================================================
-# the CLI in a child that cannot take more than 3 GB of memory nor write a file past 64 MB: before
-# the fixes some cases read /dev/zero (or wrote it to disk) without end
-LIMITED_CLI = ("import resource, sys\n"
-               "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-               "resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))\n"
-               "from bytemodel.cli import main\nsys.argv = ['bytemodel'] + sys.argv[1:]\nmain()\n")
+# The CLI in ONE child (one start-up for every case) that can take at most 3 GB of memory and write
+# no file past 64 MB: before the fixes some cases read /dev/zero (or wrote it to disk) without end.
+LIMITED_CLI = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+from typer.testing import CliRunner
+from bytemodel.cli import app
+out = {}
+for name, args in json.loads(sys.argv[1]).items():
+    r = CliRunner().invoke(app, args)
+    out[name] = [r.exit_code, r.output]
+print(json.dumps(out))
+"""
+
+
+def run_limited(cases: dict) -> dict:
+    """name -> (exit code, output) of each CLI argument list, run in the limited child."""
+    cases = {k: [str(a) for a in v] for k, v in cases.items()}
+    p = subprocess.run([sys.executable, "-c", LIMITED_CLI, json.dumps(cases)], capture_output=True, text=True,
+                       timeout=300, env=subprocess_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def test_fifo_source_is_refused_not_read_short(tmp_path):
@@ -328,43 +345,39 @@ def test_pipe_source_through_the_cli_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("use", ["source", "stream", "score", "prompt", "prompt-file", "tokenizer", "stats",
-                                 "decode"])
-def test_dev_zero_is_refused_everywhere(trained, tmp_path, use):
-    from bytemodel.readers import stream_documents
-    if use == "stream":
-        with pytest.raises(SourceError, match="not a regular file"):
-            next(iter(stream_documents("/dev/zero")))
-        return
-    args = {
-        "source": ["train", "--source", "/dev/zero", "--out", tmp_path / "r", "--steps", "2"] + MODEL,
+@pytest.fixture(scope="module")
+def dev_zero_results(trained, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("devzero")
+    tok = tmp / "tok.json"
+    assert cli(["tokenizer", "train", "--source", trained.parent / "toy.txt", "--merges", "2", "-o", tok])[0] == 0
+    link = tmp / "ck" / "checkpoint.safetensors"
+    link.parent.mkdir()
+    link.symlink_to("/dev/zero")
+    return run_limited({
+        "source": ["train", "--source", "/dev/zero", "--out", tmp / "r", "--steps", "2"] + MODEL,
         "score": ["score", "/dev/zero", "-c", trained],
         "prompt": ["generate", "-c", trained, "--bytes", "4", "--prompt", "@/dev/zero"],
         "prompt-file": ["generate", "-c", trained, "--bytes", "4", "--prompt-file", "/dev/zero"],
         "tokenizer": ["train", "--source", trained.parent / "toy.txt", "--tokenizer", "/dev/zero",
-                      "--out", tmp_path / "r", "--steps", "2"] + MODEL,
+                      "--out", tmp / "r", "--steps", "2"] + MODEL,
         "stats": ["tokenizer", "stats", "-t", "/dev/zero", trained.parent / "toy.txt"],
-        "decode": ["tokenizer", "decode", "-t", _tok(tmp_path, trained), "/dev/zero", "-o", tmp_path / "d.bin"],
-    }[use]
-    p = subprocess.run([sys.executable, "-c", LIMITED_CLI] + [str(a) for a in args], capture_output=True,
-                       text=True, timeout=120, env=subprocess_env())
-    assert one_error_line(p.returncode, p.stderr, "/dev/zero", "not a regular file"), p.stderr[-3000:]
+        "decode": ["tokenizer", "decode", "-t", tok, "/dev/zero", "-o", tmp / "d.bin"],
+        "checkpoint-info": ["info", link.parent],                     # a checkpoint linked to /dev/zero
+        "checkpoint-generate": ["generate", "-c", link, "--bytes", "3"],
+    })
 
 
-def _tok(tmp_path, trained) -> Path:
-    tok = tmp_path / "tok.json"
-    assert cli(["tokenizer", "train", "--source", trained.parent / "toy.txt", "--merges", "2", "-o", tok])[0] == 0
-    return tok
+@pytest.mark.parametrize("use", ["source", "score", "prompt", "prompt-file", "tokenizer", "stats", "decode",
+                                 "checkpoint-info", "checkpoint-generate"])
+def test_dev_zero_is_refused_everywhere(dev_zero_results, use):
+    code, out = dev_zero_results[use]
+    assert one_error_line(code, out, "/dev/zero", "not a regular file"), out[-3000:]
 
 
-def test_checkpoint_symlinked_to_dev_zero_is_refused(tmp_path):
-    link = tmp_path / "checkpoint.safetensors"
-    link.symlink_to("/dev/zero")
-    script = LIMITED_CLI
-    for args in (["info", str(tmp_path)], ["generate", "-c", str(link), "--bytes", "3"]):
-        p = subprocess.run([sys.executable, "-c", script] + args, capture_output=True, text=True,
-                           timeout=120, env=subprocess_env())
-        assert one_error_line(p.returncode, p.stderr, "not a regular file"), p.stderr[-3000:]
+def test_dev_zero_is_refused_by_the_stream_reader():
+    from bytemodel.readers import stream_documents
+    with pytest.raises(SourceError, match="not a regular file"):
+        next(iter(stream_documents("/dev/zero")))
 
 
 # ================================================================================================
