@@ -211,6 +211,9 @@ class MPIWorld:
         self._abort(3)
 
     def _abort(self, code: int) -> None:
+        # the launcher forwards our stderr through its own pipes; MPI_Abort tears them down, so
+        # give it a moment to pass the error line on first (seen lost on a loaded machine)
+        time.sleep(1.0)
         if self.nccl is not None:
             try:
                 self.nccl.abort()
