@@ -32,7 +32,7 @@ from .model import layout, views
 from .tokenizer import Tokenizer
 
 FORMAT = "bytemodel-checkpoint"
-VERSION = 2   # 2: the checksum covers every tensor and all metadata (1: the weights only)
+VERSION = 2   # 2: the checksum covers every tensor and all metadata (1: the weights only; still read)
 CKPT_NAME = "checkpoint.safetensors"
 
 
@@ -104,9 +104,10 @@ def load(path) -> Loaded:
         raise CheckpointError(f"{p} is not a valid bytemodel checkpoint ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a bytemodel checkpoint")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{p} has checkpoint version {meta.get('version')!r}; this bytemodel reads {VERSION}")
-    if digest(meta, tensors) != meta.get("sha256"):
+    version = meta.get("version")
+    if version not in (1, VERSION):
+        raise CheckpointError(f"{p} has checkpoint version {version!r}; this bytemodel reads 1 and {VERSION}")
+    if version == VERSION and digest(meta, tensors) != meta.get("sha256"):
         raise CheckpointError(f"{p} is corrupt: its tensors or metadata do not match their checksum")
     try:
         if not (isinstance(meta.get("config"), dict) and isinstance(meta.get("tokenizer"), dict)):
@@ -128,6 +129,10 @@ def load(path) -> Loaded:
             got = None if t is None else f"{t.dtype}{tuple(t.shape)}"
             raise CheckpointError(f"{p}: tensor {name} is {got}, expected float32{tuple(shape)}")
         flat[off:off + t.size] = t.reshape(-1)
+    if version == 1 and _sha(flat) != meta.get("params_sha256"):
+        # version 1 (written before the checksum covered everything) still loads: its checksum
+        # covers the weights, which are verified; the next save writes version 2
+        raise CheckpointError(f"{p} is corrupt: its weights do not match their checksum")
     m, v = tensors.get("optim.m"), tensors.get("optim.v")
     if m is not None and (m.shape != flat.shape or v is None or v.shape != flat.shape):
         raise CheckpointError(f"{p}: optimizer state does not match the model")

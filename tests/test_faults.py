@@ -809,3 +809,32 @@ def test_kill_during_save_again_and_again(tmp_path):
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 13))
     assert set(os.listdir(run)) == CORE_FILES                # no temp file survives
+
+
+def test_a_version_1_checkpoint_still_loads_and_its_weights_are_verified(tmp_path):
+    """Models trained before the checksum covered everything stay usable: version 1 files load,
+    their weights checked against the weights-only checksum they carry; a flipped weight is refused."""
+    import json as _json
+    from safetensors.numpy import save as st_save
+    from bytemodel import checkpoint as ck
+    from bytemodel.config import ModelConfig
+    from bytemodel.errors import CheckpointError
+    from bytemodel.model import Model, layout
+    from bytemodel.tokenizer import Tokenizer
+    cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=16, context=8)
+    m = Model(cfg)
+    m.init_weights(0)
+    flat = np.asarray(m.params, dtype=np.float32)
+    tensors = {n: np.ascontiguousarray(flat[o:o + int(np.prod(s))].reshape(s)) for n, s, o in layout(cfg)}
+    meta = {"format": ck.FORMAT, "version": 1, "config": cfg.to_dict(), "tokenizer": Tokenizer().to_dict(),
+            "train": {"step": 3}, "params_sha256": ck._sha(flat)}
+    good = tmp_path / "v1.safetensors"
+    good.write_bytes(st_save(tensors, metadata={"bytemodel": _json.dumps(meta)}))
+    loaded = ck.load(good)
+    assert np.array_equal(loaded.params, flat) and loaded.train["step"] == 3
+    tensors["wte"] = tensors["wte"].copy()
+    tensors["wte"][0, 0] += 1.0
+    bad = tmp_path / "v1bad.safetensors"
+    bad.write_bytes(st_save(tensors, metadata={"bytemodel": _json.dumps(meta)}))
+    with pytest.raises(CheckpointError, match="corrupt"):
+        ck.load(bad)
