@@ -13,7 +13,8 @@ as a new document: its context starts with <doc>, and its window slides as in ge
 bytemodel/lockstep.py: at most `window` tokens; when full, the newest window/2 are re-read). The
 streams advance in lockstep, one token each per step, in lanes of `lane` streams: each lane is one
 batched KV cache, and a step is one (lane, 1) forward pass per lane. Lanes run on separate threads
-on the CPU; on the GPU one lane holds every stream. The streams are also split into `coders`
+on the CPU (by default one lane per core, at most 64 streams each); on the GPU one lane holds
+every stream. The streams are also split into `coders`
 contiguous groups, each with its own range coder (threads: the coder is the serial part on a
 GPU), which takes its streams' symbols in step order, and within a step in stream order; the
 payload is the coders' outputs one after the other (their lengths are in the header).
@@ -65,8 +66,8 @@ _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
 _TRAILER = 32                # SHA-256
 MAX_HEADER = 1 << 20
 MIN_STREAM = 4               # default layout: at least this many windows of tokens per stream
-CPU_LANE = 16                # default streams per lane on the CPU (one BLAS call per op per lane)
-CPU_MAX_STREAMS = 64
+CPU_MAX_LANE = 64            # streams per lane on the CPU: measured 30-40% cheaper per byte than 16
+CPU_MAX_STREAMS = 128
 GPU_MAX_STREAMS = 4096
 GPU_CODERS = 8               # range coders on threads on the GPU's host (the coder is the serial part)
 
@@ -119,12 +120,19 @@ def split(n: int, streams: int) -> np.ndarray:
     return lengths
 
 
-def default_layout(n_tokens: int, window: int, device: str) -> tuple[int, int]:
-    """(streams, lane): enough streams to fill the batch, each at least MIN_STREAM windows long."""
+def default_streams(n_tokens: int, window: int, device: str) -> int:
+    """Enough streams to fill the batch, each at least MIN_STREAM windows long."""
     cap = CPU_MAX_STREAMS if device == "cpu" else GPU_MAX_STREAMS
-    streams = int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
-    lane = CPU_LANE if device == "cpu" else max(streams, 1)
-    return streams, lane
+    return int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
+
+
+def default_lane(streams: int, device: str, cores: int = 1) -> int:
+    """Streams per lane. On the CPU at least one lane per core, of at most CPU_MAX_LANE streams;
+    on a device one lane holds them all. The lane goes into the header, so a machine with another
+    core count decompresses the same way (its lanes just run in turn)."""
+    if device != "cpu":
+        return max(streams, 1)
+    return max(1, min(CPU_MAX_LANE, -(-streams // max(cores, 1))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +241,8 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
              progress=None) -> bytes:
     """data -> a .bmz container (bytes).
 
-    streams, window, lane: the stream layout (default: default_layout). coders: independent range
+    streams, window, lane: the stream layout (default: default_streams, the model's context,
+    default_lane). coders: independent range
     coders, each taking a contiguous group of streams, run on threads (default: 1 on the CPU, where
     the lanes use the cores, up to GPU_CODERS on the GPU). workers: CPU threads for the lanes.
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
@@ -247,12 +256,11 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
     device = model.ops.describe()["device"]
-    S0, lane0 = default_layout(n, W, device)
-    S = S0 if streams is None else int(streams)
+    S = default_streams(n, W, device) if streams is None else int(streams)
     if S < 0 or (n and S < 1):
         raise ConfigError(f"streams must be at least 1, got {S}")
     S = min(S, n)                                  # never an empty stream
-    ln = (lane0 if device == "cpu" else max(S, 1)) if lane is None else int(lane)
+    ln = default_lane(S, device, workers or _cores()) if lane is None else int(lane)
     if ln < 1:
         raise ConfigError(f"lane must be at least 1, got {ln}")
     ln = min(ln, max(S, 1))

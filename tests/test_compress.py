@@ -201,6 +201,10 @@ def test_same_bytes_across_processes_and_thread_counts(lm, run_dir, tmp_path):
     _child(run_dir, "d", tmp_path / "a.bmz", tmp_path / "back", 3, 1)
     assert (tmp_path / "back").read_bytes() == data
     assert lm.decompress(here, workers=2) == data
+    # the default lanes follow the compressing side's threads (one lane each); the header carries them
+    two = lm.compress(data, streams=9, workers=2)
+    assert bmz.read(two)[0]["layout"]["lane"] == 5
+    assert lm.decompress(two, workers=1) == data
 
 
 # ------------------------------------------------------------------------------- bad input
