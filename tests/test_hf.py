@@ -366,6 +366,14 @@ def test_import_a_foreign_llama_bf16_sharded_without_tokenizer(tmp_path):
 def test_config_reader_checks_types():
     with pytest.raises(ConfigError, match="hidden_size"):
         config_from_hf({"model_type": "llama", "hidden_size": "32"}, "c")
+    base = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "intermediate_size": 8, "vocab_size": 300}
+    assert config_from_hf(base, "c").rope_theta == 10000.0 and config_from_hf(base, "c").norm_eps == 1e-6
+    for bad, word in [({"rope_theta": "1e4"}, "rope_theta"), ({"rope_scaling": {"type": "linear"}}, "linear"),
+                      ({"rope_scaling": [1]}, "rope_scaling"), ({"num_key_value_heads": 3}, "divisible"),
+                      ({"vocab_size": 2.5}, "vocab_size"), ({"tie_word_embeddings": True, "rms_norm_eps": -1}, "positive")]:
+        with pytest.raises(ConfigError, match=word):
+            config_from_hf({**base, **bad}, "c")
     with pytest.raises(ConfigError, match="multiple"):
         config_from_hf({"model_type": "llama", "hidden_size": 30, "num_hidden_layers": 1,
                         "num_attention_heads": 4}, "c")

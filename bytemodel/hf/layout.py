@@ -184,12 +184,16 @@ def config_from_hf(d: dict, where: str) -> ModelConfig:
     for key in ("attention_bias", "mlp_bias"):
         if d.get(key):
             raise ConfigError(f"{where}: {key} is set; bytemodel has no biases")
-    rp = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
-    scaling = d.get("rope_scaling")
-    kind = rp.get("rope_type", (scaling or {}).get("rope_type", (scaling or {}).get("type", "default")))
-    if kind != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"):
-        raise ConfigError(f"{where}: RoPE scaling {kind!r}; bytemodel has plain RoPE only")
+    rp, scaling = d.get("rope_parameters") or {}, d.get("rope_scaling") or {}
+    for r in (rp, scaling):
+        if not isinstance(r, dict):
+            raise ConfigError(f"{where}: rope_parameters / rope_scaling is {r!r}, expected an object")
+        kind = r.get("rope_type", r.get("type", "default"))
+        if kind != "default":
+            raise ConfigError(f"{where}: RoPE scaling {kind!r}; bytemodel has plain RoPE only")
     theta = rp.get("rope_theta", d.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise ConfigError(f"{where}: rope_theta is {theta!r}, expected a number")
     if d.get("pretraining_tp", 1) not in (1, None):
         raise ConfigError(f"{where}: pretraining_tp {d['pretraining_tp']}; only 1 is supported")
     try:
@@ -199,6 +203,4 @@ def config_from_hf(d: dict, where: str) -> ModelConfig:
                            tie_embeddings=bool(d.get("tie_word_embeddings", False)),
                            init_std=num("initializer_range", 0.02, float))
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    except TypeError as e:
         raise ConfigError(f"{where}: {e}") from None

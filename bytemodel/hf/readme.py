@@ -33,10 +33,12 @@ def readme_text(loaded, dropped: list[str]) -> str:
                "out; the next-token model is complete without them and computes the same logits.\n")
     return f"""# A bytemodel model in Hugging Face format
 
-Exported by `bytemodel export` from `{loaded.path}` ({where}).
+Exported by `bytemodel export` from the run `{loaded.path.parent.name}` ({where}).
 A Llama model (`LlamaForCausalLM`): {cfg.n_layers} layers, width {cfg.d_model}, {cfg.n_heads} heads
 ({cfg.n_kv_heads} key/value heads), SwiGLU width {cfg.d_ff}, trained on windows of {cfg.context}
 tokens, {n_params(cfg):,} parameters, float32 weights.
+
+In the code below, THIS_DIR is the path of this directory.
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
