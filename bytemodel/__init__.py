@@ -7,6 +7,7 @@ The public Python API (the CLI is a thin layer over it):
     lm = bytemodel.load(result.run_dir)                                 # -> LanguageModel
     data = lm.generate(4096, prompt=b">", temperature=0.8, seed=1)      # -> bytes
     lm.score(b"ACGT...")["bits_per_byte"]
+    ft = bytemodel.finetune(result.run_dir, "qa.jsonl", examples="pairs")   # -> TrainResult
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = ["train", "load", "LanguageModel", "ModelConfig", "TrainConfig", "PRESETS", "preset", "Tokenizer",
            "BytemodelError", "CheckpointError", "ConfigError", "SourceError", "TokenizerError",
-           "latest_run"]
+           "latest_run", "finetune"]
 
 
 def train(source: str, out_dir: str | None = None, *, resume: bool = False, progress: bool = False,
@@ -41,6 +42,13 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
     given = {**settings, **({"source": str(source)} if source else {})} if resume else None
     return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at,
                   given=given)
+
+
+def finetune(parent, source, out_dir=None, **kw):
+    """Fine-tune a run on plain data, or with examples="pairs" / "chat" on a JSONL file of examples
+    (see bytemodel.finetune.finetune for the settings). Returns a TrainResult."""
+    from .finetune import finetune as _finetune
+    return _finetune(parent, source, out_dir, **kw)
 
 
 class LanguageModel:

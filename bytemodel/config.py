@@ -137,6 +137,11 @@ class TrainConfig:
     distributed: str = "auto"  # auto: MPI when mpiexec/srun started several ranks; mpi: always; off
     shard_optimizer: bool = False  # ZeRO-1: each MPI rank keeps 1/N of the AdamW moments
     model: dict = field(default_factory=dict)  # ModelConfig overrides
+    # fine-tuning (bytemodel.finetune): start from another run's weights, with its tokenizer
+    parent: str = ""           # the run directory or checkpoint the weights come from ("" = none)
+    parent_sha256: str = ""    # the parent's weights checksum, recorded when the run starts
+    examples: str = ""         # "pairs" or "chat": source is a JSONL file of examples ("" = plain data)
+    val_source: str = ""       # held-out examples (JSONL); "" = hold out val_fraction of them
 
     def validate(self) -> None:
         pos = ("steps", "batch_size", "eval_every", "eval_tokens")

@@ -431,12 +431,20 @@ class DataParallel:
         self.gshard = xp.zeros(self.S, dtype=m.grads.dtype)
 
     # ---------------------------------------------------------------- passes
-    def loss_and_grad(self, idx, targets, weight: float = 1.0):
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, counted: int | None = None):
         """idx, targets: this rank's rows of the batch. Per-token losses of those rows; the grads
-        (or, sharded, this rank's block of them) become the sum over ranks."""
+        (or, sharded, this rank's block of them) become the sum over ranks.
+
+        mask: this rank's rows of a loss mask (host array), counted: the number of counted targets
+        in the whole batch; the mean is then over those, each rank weighted by its share."""
         n, T = idx.shape
-        self._tokens = self.batch * T                  # tokens in the whole batch, for mean_loss
-        losses = self.inner.loss_and_grad(idx, targets, weight * n / self.batch)
+        if mask is None:
+            self._tokens, self._masked = self.batch * T, False   # the whole batch, for mean_loss
+            losses = self.inner.loss_and_grad(idx, targets, weight * n / self.batch)
+        else:
+            self._tokens, self._masked = counted, True
+            share = int(np.count_nonzero(mask)) / counted
+            losses = self.inner.loss_and_grad(idx, targets, weight * share, mask)
         if self.shard:
             self.world.reduce_scatter(self.gpad, self.gshard, "the gradient reduce-scatter")
         else:
@@ -444,9 +452,10 @@ class DataParallel:
         return losses
 
     def mean_loss(self, losses):
-        """Mean per-token loss over the whole batch (all ranks), as a 0-d array."""
+        """Mean per-token loss over the whole batch (all ranks; over counted targets when the
+        last loss_and_grad had a mask), as a 0-d array."""
         if self.single:
-            return losses.mean()
+            return losses.sum() / self._tokens if self._masked else losses.mean()
         tot = losses.astype(np.float64).sum().reshape(1)
         self.world.allreduce(tot, "the loss all-reduce")
         return (tot / self._tokens).reshape(())

@@ -177,8 +177,10 @@ class Model:
         return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s)
 
     # ------------------------------------------------------------------ training passes
-    def forward(self, idx, targets):
-        """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations."""
+    def forward(self, idx, targets, mask=None):
+        """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations.
+
+        mask (B, T) 0/1 or None: targets where it is 0 count for nothing (loss 0, no gradient)."""
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
         N, C = B * T, cfg.d_model
@@ -193,7 +195,10 @@ class Model:
         hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)                   # (N, C)
         wh, _ = self.head(W)
         logits = o.matmul_forward(hf, wh)                                          # (N, V)
-        losses, ce = o.cross_entropy_forward(logits, targets.reshape(N))           # (N,)
+        if mask is None:
+            losses, ce = o.cross_entropy_forward(logits, targets.reshape(N))       # (N,)
+        else:  # masked targets: loss 0 and no gradient (the MTP heads below are not masked)
+            losses, ce = o.cross_entropy_forward(logits, targets.reshape(N), o.asarray(mask).reshape(N))
         mtp = None
         if cfg.mtp > 1:                                                            # heads t+2..t+K
             self.mtp_losses, mtp = mtp_forward(o, cfg, W, wh, x, targets)
@@ -231,11 +236,15 @@ class Model:
         o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0):
-        """Mean per-token loss of the batch; grads += weight * d(mean loss)/d(params)."""
-        losses = self.forward(idx, targets)
-        n = losses.shape[0]
-        self.backward(self.xp.full(n, weight / n, dtype=losses.dtype), mtp_scale=weight)
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None):
+        """Per-token losses; grads += weight * d(mean loss)/d(params).
+
+        With a mask (B, T) (host array, so counting it needs no device wait) the mean is over the
+        counted targets only: sum(mask * loss) / max(sum(mask), 1).
+        """
+        losses = self.forward(idx, targets, mask)
+        n = losses.shape[0] if mask is None else max(int(np.count_nonzero(mask)), 1)
+        self.backward(self.xp.full(losses.shape[0], weight / n, dtype=losses.dtype), mtp_scale=weight)
         return losses
 
     def objective(self, losses) -> float:

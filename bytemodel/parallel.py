@@ -57,16 +57,24 @@ class CoreParallel:
         with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
             return fn()
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0):
-        """Per-token losses (B*T,); grads += weight * d(mean loss)/d(params), as Model.loss_and_grad."""
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None):
+        """Per-token losses (B*T,); grads += weight * d(mean loss)/d(params), as Model.loss_and_grad.
+
+        mask (B, T) host array or None: the mean is over counted targets; each slice is weighted
+        by its share of them, so the slices' gradients add up to the whole batch's."""
         if self.pool is None or idx.shape[0] == 1:
-            return self.model.loss_and_grad(idx, targets, weight)
+            return self.model.loss_and_grad(idx, targets, weight, mask)
         B = idx.shape[0]
         parts = self._slices(B)
+        if mask is None:
+            shares = [(len(s) / B, None) for s in parts]
+        else:
+            total = max(int(np.count_nonzero(mask)), 1)
+            shares = [(int(np.count_nonzero(mask[s])) / total, mask[s]) for s in parts]
 
         def work():
-            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * len(s) / B)
-                    for r, s in zip(self.replicas, parts)]
+            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * share, m)
+                    for r, s, (share, m) in zip(self.replicas, parts, shares)]
             return [f.result() for f in futs]
         losses = self._run(work)
         for r in self.replicas[1:len(parts)]:

@@ -32,6 +32,7 @@ from .model import Model
 from .ops import get_backend, resolve_device
 from .optim import LossScaler, lr_at
 from .runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
+from .pairs import ExampleCorpus, open_examples
 from .tokenizer import Tokenizer
 from .validation import note_ignored_on_resume, stored_train_config
 
@@ -148,10 +149,13 @@ def prepare(tc: TrainConfig, resume: bool = False):
                                  distributed=tc.distributed, shard_optimizer=tc.shard_optimizer)
         tc.validate()
         tok = loaded.tokenizer
-        corpus = open_corpus(run_dir)
+        corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
         if corpus.sha256 != loaded.train.get("corpus_sha256"):
             raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on")
-        verify_tokens(corpus.tokens, corpus.sha256, loaded.cfg.vocab_size, run_dir)
+        if isinstance(corpus, ExampleCorpus):     # tokens, mask and spans hashed again
+            corpus.verify(loaded.cfg.vocab_size, run_dir)
+        else:
+            verify_tokens(corpus.tokens, corpus.sha256, loaded.cfg.vocab_size, run_dir)
         cfg = loaded.cfg
         if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
             raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
@@ -162,6 +166,9 @@ def prepare(tc: TrainConfig, resume: bool = False):
         return tc, run_dir, tok, corpus, cfg, loaded
     if not tc.source:
         raise SourceError("no source given (--source PATH)")
+    if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
+        from .lineage import prepare_finetune
+        return prepare_finetune(tc, _next_run_dir)
     if run_dir is None:
         run_dir = _next_run_dir(tc.source)
         tc.out_dir = str(run_dir)
@@ -185,7 +192,8 @@ def _open_prepared(d: dict):
     from .config import ModelConfig
     tc = TrainConfig(**d["tc"])
     run_dir = Path(tc.out_dir)
-    return tc, run_dir, Tokenizer.from_dict(d["tok"]), open_corpus(run_dir), ModelConfig.from_dict(d["cfg"]), None
+    corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
+    return tc, run_dir, Tokenizer.from_dict(d["tok"]), corpus, ModelConfig.from_dict(d["cfg"]), None
 
 
 def _prepare_ranks(world, tc: TrainConfig, resume: bool):
@@ -252,6 +260,9 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
         step = int(loaded.train["step"])
     else:
         model.init_weights(tc.seed)
+        if tc.parent:  # fine-tuning starts from the parent's weights (fresh optimizer state)
+            from .lineage import parent_weights
+            model.load_flat(parent_weights(tc, cfg))
 
     T = cfg.context
     bytes_per_token = corpus.n_bytes / len(corpus.tokens)
@@ -278,7 +289,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
 
     if loaded is None:
         log(f"run {run_dir}: {corpus.n_bytes:,} bytes in {corpus.n_docs} document(s), "
-            f"{len(corpus.train):,} train / {len(corpus.val):,} val tokens; model {tc.preset} "
+            f"{len(corpus.train):,} train / {len(corpus.val):,} val tokens; model {tc.parent or tc.preset} "
             f"({cfg.d_model}x{cfg.n_layers}, context {T}), {device} {tc.precision}")
     else:
         log(f"resuming {run_dir} at step {step} of {tc.steps}")
@@ -295,10 +306,17 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
 
     def launch(s):
         """Queue step s (0-based) and return what settle() needs to read its outcome."""
-        x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s, rows=runner.rows)
+        if isinstance(corpus, ExampleCorpus):  # fine-tuning examples: the loss counts masked targets
+            x, y, mask = corpus.sample(tc.batch_size, T, tc.seed, s)   # the whole batch, for its count
+            counted = max(int(mask.sum()), 1)
+            x, y, mask = x[runner.rows], y[runner.rows], mask[runner.rows]
+        else:
+            x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s, rows=runner.rows)
+            mask = counted = None
         model.grads[...] = 0
         scale = scaler.scale
-        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale)  # summed over ranks
+        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale,   # summed over ranks
+                                      mask=mask, counted=counted)
         lr = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
         ntok = tc.batch_size * T                    # the whole batch, over all ranks
         norm = runner.grad_norm_device()            # of the scaled gradients; no host wait
@@ -325,7 +343,12 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
                "lr": lr_at(done - 1, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio),
                "tokens_per_s": tps, "bytes_per_s": tps * bytes_per_token, "time": time.time()}
         if boundary:
-            last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
+            if isinstance(corpus, ExampleCorpus):
+                from .pairs import score_windows
+                last_val = score_windows(lambda x, y: ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y))),
+                                         corpus.eval_windows(T, tc.eval_tokens), tok)["bits_per_byte"]
+            else:
+                last_val, _ = evaluate(runner, corpus.val, tok, T, tc.eval_tokens)
             rec["val_bpb"] = last_val
             record(rec)   # before the save: a kill between the two leaves a line the resume trims
             save()

@@ -81,3 +81,22 @@ def test_example_runs(script, tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["steps"] == 2 and result["model_val_bpb"] > 0 and 0 < result["xz9"] <= 8.5
     check(out)
+
+
+def test_finetune_example_runs(tmp_path):
+    """examples/finetune_jargon.py end to end (2 pretraining steps, 1 fine-tuning step)."""
+    try:
+        datasets.get("jargon", dest=tmp_path / "probe")
+    except datasets.DatasetError as e:
+        pytest.skip(f"the fine-tuning example needs jargon-text: {e}")
+    env = {**os.environ, "BYTEMODEL_EXAMPLE_STEPS": "2", "BYTEMODEL_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "finetune_jargon.py"), "--out", str(out)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["pretrain_steps"] == 2 and result["finetune_steps"] == 1 and result["held_out"] == 100
+    assert 0 < result["held_out_bpb_finetuned"] < 9 and 0 < result["held_out_bpb_pretrained"] < 9
+    assert len(result["samples"]) == 5
+    lines = (out / "pairs_held_out.jsonl").read_text().splitlines()
+    assert len(lines) == 100 and all(set(json.loads(x)) == {"prompt", "completion"} for x in lines)

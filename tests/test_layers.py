@@ -15,13 +15,16 @@ LAYERS = [
     ("atomic", "resources", "config"),            # the one atomic write; gpu/ + datasets/; settings
     ("readers", "runfiles"),                      # file(s) -> byte documents -> file; run files
     ("tokenizer",),                               # bytes <-> ids
-    ("catalogue", "corpus", "sampling"),          # named datasets; documents -> token file; draws
+    ("catalogue", "corpus", "sampling", "chat_template"),   # named datasets; documents -> token file;
+                                                  # draws; conversations <-> ids
+    ("pairs",),                                   # fine-tuning examples + their loss mask
     ("ops",),                                     # the op table and its backends (the device)
     ("mtp",),                                     # multi-token heads
     ("model",),                                   # the transformer over the ops
     ("gradcheck", "checkpoint", "optim", "parallel", "lockstep", "speculative"),
-    ("distributed", "hf"),                        # over ranks; the Hugging Face format
+    ("distributed", "hf", "lineage"),             # over ranks; the Hugging Face format; a fine-tune's parent
     ("training", "generate", "compress", "evaluate", "baselines"),   # what a user runs
+    ("finetune", "chat"),                         # fine-tuning runs; the chat REPL's engine
     ("__init__",),                                # the public Python API
     ("cli",),                                     # the command, over the API
 ]

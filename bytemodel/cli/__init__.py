@@ -1,7 +1,7 @@
 """The `bytemodel` command: a thin layer over the Python API.
 
 This module holds the commands that train and use a model (train, generate, score, gradcheck,
-info); readers.py, data.py, tokenizer.py and hf.py beside it add theirs; errors.py turns user errors
+info); readers.py, data.py, tokenizer.py, hf.py and finetune.py (finetune, chat) beside it add theirs; errors.py turns user errors
 into one line. `python -m bytemodel.cli` runs the same app (__main__.py).
 
 User errors (BytemodelError) print as one line on stderr and exit with status 2; a failed check
@@ -19,7 +19,7 @@ import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError
-from . import compress as compress_cmd, data as data_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
+from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -320,6 +320,11 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
         typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "
                    f"ffn {c.d_ff}, context {c.context}, vocab {c.vocab_size}, {n_params(c):,} parameters")
         typer.echo(f"tokenizer: {ld.tokenizer.kind}, {ld.tokenizer.n_merges} merges")
+        if t.get("config", {}).get("parent"):
+            tc = t["config"]
+            what = f"{tc.get('examples')} from " if tc.get("examples") else ""
+            typer.echo(f"fine-tuned from {tc['parent']} (weights sha256 {tc.get('parent_sha256', '')[:12]}) "
+                       f"on {what}{tc.get('source')}")
         if t:
             typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')}, "
                        f"validation {t.get('val_bpb')} bits/byte")
@@ -331,6 +336,7 @@ data_cmd.register(app)
 tokenizer_cmd.register(app)
 hf_cmd.register(app)
 compress_cmd.register(app)
+finetune_cmd.register(app)
 
 
 def main() -> None:

@@ -580,24 +580,34 @@ class CudaBackend:
         return dh
 
     # ------------------------------------------------------------------ cross-entropy
-    def cross_entropy_forward(self, logits, targets):
+    def cross_entropy_forward(self, logits, targets, mask=None):
         """logits (N, V), targets (N,) int -> losses (N,) fp32 in nats, cache (logits, targets,
-        row log-sum-exp): no probability tensor is kept."""
+        row log-sum-exp, mask): no probability tensor is kept. mask (N,) or None: rows where it
+        is 0 get loss 0 and a zero gradient, and skip the softmax (kernels in gpu/ce_mask.cu)."""
         logits = self._act(logits)
         targets = cp.ascontiguousarray(cp.asarray(targets), dtype=cp.int32)
         N, V = logits.shape
         losses = cp.empty((N,), dtype=cp.float32)
         lse = cp.empty((N,), dtype=cp.float32)
-        self._fn("ce_fwd")(((N + 7) // 8,), (256,), (logits, targets, losses, lse, _i64(N), _i32(V)))
-        return losses, (logits, targets, lse)
+        if mask is None:
+            self._fn("ce_fwd")(((N + 7) // 8,), (256,), (logits, targets, losses, lse, _i64(N), _i32(V)))
+        else:
+            mask = (cp.asarray(mask).reshape(-1) != 0).astype(cp.uint8)
+            self._fn("ce_fwd_masked", "ce_mask.cu")(((N + 7) // 8,), (256,),
+                                                   (logits, targets, mask, losses, lse, _i64(N), _i32(V)))
+        return losses, (logits, targets, lse, mask)
 
     def cross_entropy_backward(self, dlosses, cache):
-        """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses."""
-        logits, targets, lse = cache
+        """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses (0 on masked rows)."""
+        logits, targets, lse, mask = cache
         N, V = logits.shape
         dl = cp.ascontiguousarray(cp.asarray(dlosses), dtype=cp.float32)
         d = self._empty((N, V))
-        self._fn("ce_bwd")((_blocks(N * V),), (256,), (logits, targets, lse, dl, d, _i64(N), _i32(V)))
+        if mask is None:
+            self._fn("ce_bwd")((_blocks(N * V),), (256,), (logits, targets, lse, dl, d, _i64(N), _i32(V)))
+        else:
+            self._fn("ce_bwd_masked", "ce_mask.cu")((_blocks(N * V),), (256,),
+                                                    (logits, targets, mask, lse, dl, d, _i64(N), _i32(V)))
         return d
 
     def log_softmax(self, logits):

@@ -296,8 +296,12 @@ def swiglu_backward(dout, cache):
 # ----------------------------------------------------------------------------------------------
 # softmax + cross-entropy, per row. Returns per-token losses so callers can weight by bytes.
 
-def cross_entropy_forward(logits, targets):
-    """logits (N, V), targets (N,) int -> losses (N,) in nats, cache (probabilities)."""
+def cross_entropy_forward(logits, targets, mask=None):
+    """logits (N, V), targets (N,) int -> losses (N,) in nats, cache (probabilities).
+
+    mask (N,) or None: where it is 0 the row counts for nothing, its loss is 0 and its gradient
+    exactly 0 whatever dlosses says (prompt tokens when fine-tuning on completions only).
+    """
     m = logits.max(axis=-1, keepdims=True)
     z = logits - m
     e = np.exp(z)
@@ -305,12 +309,18 @@ def cross_entropy_forward(logits, targets):
     rows = np.arange(logits.shape[0])
     losses = np.log(s[:, 0]) - z[rows, targets]
     e /= s
-    return losses, (e, targets)
+    keep = None
+    if mask is not None:
+        keep = np.asarray(mask).reshape(-1) != 0                          # (N,) bool
+        losses = np.where(keep, losses, 0).astype(losses.dtype, copy=False)
+    return losses, (e, targets, keep)
 
 
 def cross_entropy_backward(dlosses, cache):
-    """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses."""
-    probs, targets = cache
+    """dlosses (N,) -> dlogits (N, V) = (softmax - onehot) * dlosses (0 on masked rows)."""
+    probs, targets, keep = cache
+    if keep is not None:
+        dlosses = np.where(keep, dlosses, 0).astype(probs.dtype, copy=False)
     d = probs * dlosses[:, None]
     d[np.arange(d.shape[0]), targets] -= dlosses
     return d

@@ -41,12 +41,12 @@ from ..errors import TokenizerError
 from .encode import FlatVocab, MergeTable, encode_bytes, encode_chunks, encode_file
 from .pretok import PRE_SPLITS
 from .train import DEFAULT_MAX_SAMPLE_BYTES, train_bpe
-from .vocab import MAX_VOCAB, SPECIALS
+from .vocab import CHAT_SPECIALS, KNOWN_SPECIALS, MAX_VOCAB, SPECIALS
 
 FORMAT = "bytemodel-tokenizer"
 VERSION = 1
 
-__all__ = ["Tokenizer", "SPECIALS", "MAX_VOCAB", "FORMAT", "VERSION", "merges_sha256"]
+__all__ = ["Tokenizer", "SPECIALS", "CHAT_SPECIALS", "KNOWN_SPECIALS", "MAX_VOCAB", "FORMAT", "VERSION", "merges_sha256"]
 
 
 def merges_sha256(merges: list[tuple[int, int]]) -> str:
@@ -58,13 +58,17 @@ def merges_sha256(merges: list[tuple[int, int]]) -> str:
 class Tokenizer:
     """Bytes plus optional merges. With no merges it is the identity on bytes."""
 
-    def __init__(self, merges: list[tuple[int, int]] | None = None, pre_split: str | None = None):
+    def __init__(self, merges: list[tuple[int, int]] | None = None, pre_split: str | None = None,
+                 specials: tuple[str, ...] = SPECIALS):
         self.merges = [tuple(int(a) for a in m) for m in (merges or [])]
         if pre_split is not None and pre_split not in PRE_SPLITS:
             raise TokenizerError(f"unknown pre-split {pre_split!r}; known: {', '.join(PRE_SPLITS)}")
         self.pre_split = pre_split  # regex pre-split the merges were learned with (None: none)
         self.n_merges = len(self.merges)
-        self.vocab_size = 256 + self.n_merges + len(SPECIALS)
+        self.specials = tuple(specials)   # always a prefix of KNOWN_SPECIALS: ids never move
+        if not self.specials or self.specials != KNOWN_SPECIALS[:len(self.specials)]:
+            raise TokenizerError(f"specials {list(self.specials)} are not a prefix of {list(KNOWN_SPECIALS)}")
+        self.vocab_size = 256 + self.n_merges + len(self.specials)
         if self.vocab_size > MAX_VOCAB:
             raise TokenizerError(f"vocabulary of {self.vocab_size} ids exceeds {MAX_VOCAB}")
         for i, (a, b) in enumerate(self.merges):
@@ -74,7 +78,7 @@ class Tokenizer:
         vocab = [bytes([i]) for i in range(256)]
         for a, b in self.merges:
             vocab.append(vocab[a] + vocab[b])
-        vocab += [b""] * len(SPECIALS)
+        vocab += [b""] * len(self.specials)
         self.vocab = vocab
         self.token_lengths = np.array([len(v) for v in vocab], dtype=np.int64)  # bytes per id
         self._table: MergeTable | None = None     # built at first use
@@ -86,6 +90,17 @@ class Tokenizer:
         """Learn n_merges merges from bytes or an iterable of byte documents (see train.py)."""
         merges = train_bpe(data, n_merges, pre_split=pre_split, max_sample_bytes=max_sample_bytes, seed=seed)
         return cls(merges, pre_split)
+
+    def with_specials(self, specials: tuple[str, ...]) -> "Tokenizer":
+        """The same merges with (at least) these specials; ids of existing specials are kept."""
+        keep = self.specials if len(self.specials) >= len(specials) else tuple(specials)
+        return Tokenizer(self.merges, self.pre_split, keep)
+
+    def special_id(self, name: str) -> int:
+        """The id of a special by name ("<doc>", "<user>", ...); an error if this tokenizer lacks it."""
+        if name not in self.specials:
+            raise TokenizerError(f"this tokenizer has no {name} token (its specials: {', '.join(self.specials)})")
+        return 256 + self.n_merges + self.specials.index(name)
 
     # ids of the specials
     @property
@@ -129,7 +144,7 @@ class Tokenizer:
     def to_dict(self) -> dict:
         """The tok.json object (the checkpoint stores the same object)."""
         return {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size,
-                "merges": [list(m) for m in self.merges], "specials": list(SPECIALS),
+                "merges": [list(m) for m in self.merges], "specials": list(self.specials),
                 "pre_split": self.pre_split, "merges_sha256": merges_sha256(self.merges)}
 
     @classmethod
@@ -150,12 +165,12 @@ class Tokenizer:
         if d.get("merges_sha256") != merges_sha256(merges):
             raise TokenizerError(f"{where}: merges checksum mismatch (the file is corrupt or was edited)")
         specials = d.get("specials", list(SPECIALS))
-        if specials != list(SPECIALS):
-            raise TokenizerError(f"{where}: tokenizer has specials {specials}, this version knows {list(SPECIALS)}")
+        if not isinstance(specials, list) or not specials or specials != list(KNOWN_SPECIALS[:len(specials)]):
+            raise TokenizerError(f"{where}: tokenizer has specials {specials}, this version knows {list(KNOWN_SPECIALS)}")
         pre_split = d.get("pre_split")
         if pre_split is not None and pre_split not in PRE_SPLITS:
             raise TokenizerError(f"{where}: unknown pre-split {pre_split!r}")
-        tok = cls(merges, pre_split)
+        tok = cls(merges, pre_split, tuple(specials))
         if "vocab_size" in d and d["vocab_size"] != tok.vocab_size:
             raise TokenizerError(f"{where}: vocab_size {d['vocab_size']} does not match {tok.vocab_size} from the merges")
         return tok

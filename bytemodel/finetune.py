@@ -1,0 +1,67 @@
+"""Fine-tuning as a user runs it: a training run that starts from another run (see lineage.py).
+
+    bytemodel.finetune("runs/jargon-1", "qa.jsonl", "runs/qa", examples="pairs", steps=300)
+
+and the parent's figure on the fine-tune's own held-out data (the 'before' beside the 'after').
+"""
+from __future__ import annotations
+
+from . import checkpoint as ckpt
+from .errors import ConfigError
+from .lineage import DEFAULTS, parent_weights
+
+
+def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: str = "", resume: bool = False,
+             progress: bool = False, log=None, stop_at: int | None = None, **settings):
+    """Fine-tune the run (or checkpoint) `parent` on `source`: plain data, or with examples="pairs" /
+    "chat" a JSONL file of examples. Settings are TrainConfig fields (steps, lr, batch_size, ...);
+    steps, lr and warmup default to DEFAULTS. resume=True continues the fine-tune in out_dir.
+    Returns a TrainResult."""
+    import dataclasses
+    from .config import TrainConfig
+    from .training import train as _train
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    bad = set(settings) - known
+    bad |= {"parent", "examples", "val_source", "source", "out_dir", "preset", "model", "context"} & set(settings)
+    if bad:
+        raise ConfigError(f"setting(s) not for a fine-tune: {', '.join(sorted(bad))}")
+    if resume:
+        settings.setdefault("steps", 0)
+        tc = TrainConfig(out_dir=str(out_dir) if out_dir else "", **settings)
+    else:
+        if not parent:
+            raise ConfigError("a fine-tune needs the run to start from (--from RUN)")
+        settings = {**DEFAULTS, **settings}
+        tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "",
+                         parent=str(parent), examples=examples, val_source=str(val_source or ""), **settings)
+    return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at)
+
+
+def parent_val_bpb(run_dir, device: str | None = None) -> float:
+    """The parent's bits/byte on the fine-tune's own validation data (the same windows, the same
+    counted targets): the 'before' beside the run's 'after'."""
+    from .corpus import open_corpus
+    from .model import Model
+    from .ops import get_backend
+    from .pairs import open_examples, score_windows
+    from .parallel import CoreParallel
+    from .config import TrainConfig
+    from .training import evaluate
+    loaded = ckpt.load(run_dir)
+    tc = TrainConfig(**loaded.train["config"])
+    if not tc.parent:
+        raise ConfigError(f"{run_dir} is not a fine-tune")
+    device = device or tc.device
+    ops = get_backend(device, tc.precision if device != "cpu" else "fp32")
+    model = Model(loaded.cfg, ops)
+    model.load_flat(parent_weights(tc, loaded.cfg))
+    runner = CoreParallel(model, tc.workers or None)
+    try:
+        T = loaded.cfg.context
+        if tc.examples:
+            corpus = open_examples(run_dir)
+            fwd = lambda x, y: ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))  # noqa: E731
+            return score_windows(fwd, corpus.eval_windows(T, tc.eval_tokens), loaded.tokenizer)["bits_per_byte"]
+        return evaluate(runner, open_corpus(run_dir).val, loaded.tokenizer, T, tc.eval_tokens)[0]
+    finally:
+        runner.close()
