@@ -67,7 +67,7 @@ def pair(term: str, header: str, body: str) -> dict:
     return {"prompt": f'What does "{term}" mean?\n', "completion": answer[:MAX_COMPLETION * 2]}
 
 
-args = parse_args(__doc__.splitlines()[0], steps=600)
+args = parse_args(__doc__.splitlines()[0], steps=400)
 out = out_dir(args, "finetune_jargon")
 for d in ("pre", "ft"):
     if (out / d).exists():
@@ -89,11 +89,11 @@ for name, es in (("pairs_train.jsonl", train_e), ("pairs_held_out.jsonl", held_e
 log = lambda m: print(m, flush=True)  # noqa: E731
 t0 = time.time()
 pre = bytemodel.train(out / "pretrain.txt", out / "pre", reader="text", preset="tiny", steps=args.steps,
-                      batch_size=16, seed=args.seed, eval_every=max(1, args.steps), log=log)
+                      batch_size=8, seed=args.seed, eval_every=max(1, args.steps), log=log)
 t1 = time.time()
 ft_steps = max(1, args.steps // 2)
 ft = finetune(out / "pre", out / "pairs_train.jsonl", out / "ft", examples="pairs",
-              val_source=out / "pairs_held_out.jsonl", steps=ft_steps, batch_size=16, lr=1e-3, warmup=20,
+              val_source=out / "pairs_held_out.jsonl", steps=ft_steps, batch_size=8, lr=1e-3, warmup=20,
               seed=args.seed, eval_every=max(1, ft_steps), log=log)
 t2 = time.time()
 
