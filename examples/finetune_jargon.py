@@ -1,17 +1,17 @@
 """Fine-tuning: learn term -> definition from the Jargon File, on top of a model pretrained on it.
 
     apt-get install jargon-text            # provides /usr/share/doc/jargon-text/jargon.txt.gz
-    python examples/finetune_jargon.py     # ~10 minutes on 2 CPU cores
+    python examples/finetune_jargon.py     # 400 + 200 steps: 29 minutes on a loaded 2-core CPU
     python examples/finetune_jargon.py --steps 20     # smoke test
 
 1. The glossary's 2,307 entries (":term: pos." then the definition) are split: 100 held out
    (seeded), the rest for training.
-2. Pretrain a tiny model on the training entries' text, in the file's own layout (the held-out
+2. Pretrain a tiny model (--steps, default 400, of 8 windows) on the training entries' text, in the file's own layout (the held-out
    entries are left out, so their definitions are never seen).
 3. Fine-tune it on the training entries as question -> answer pairs,
        prompt      'What does "TERM" mean?\n'
        completion  'n. The first sentences of the definition, up to 200 bytes.'
-   with the loss on the completions only (bytemodel finetune --pairs).
+   with the loss on the completions only (bytemodel finetune --pairs), for steps/2 steps.
 4. Score the 100 held-out completions (bits/byte given their prompts) under the pretrained and
    the fine-tuned model, and answer a few held-out questions (greedy, up to 200 bytes).
 Writes pairs_train.jsonl / pairs_held_out.jsonl, both runs, and result.json to the output folder.
