@@ -28,7 +28,8 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
           log=None, stop_at: int | None = None, **settings):
     """Train a model on a file or directory; settings are TrainConfig fields (preset, steps, ...).
 
-    Returns a TrainResult (run_dir, checkpoint, step, val_bpb, train_loss, interrupted, history).
+    Returns a TrainResult: run_dir, checkpoint (the resume checkpoint, at `step`), best_checkpoint
+    and best_step, val_bpb (the best validation) and val_se, last_val_bpb, stop_reason, history.
     """
     import dataclasses
     from .training import train as _train
@@ -90,12 +91,16 @@ class LanguageModel:
         return decompress(self, blob, **options)
 
 
-def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32") -> LanguageModel:
-    """Load a checkpoint file or run directory (default: the latest run under ./runs)."""
+def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32",
+         last: bool = False) -> LanguageModel:
+    """Load a checkpoint file or run directory (default: the latest run under ./runs).
+
+    From a run directory: its best weights (best.safetensors, the lowest validation), or with
+    last=True the latest ones (the resume checkpoint)."""
     from . import checkpoint
     if path is None:
         path = latest_run()
-    return LanguageModel(checkpoint.load(path), device, precision)
+    return LanguageModel(checkpoint.load(checkpoint.model_path(path, last=last)), device, precision)
 
 
 def latest_run(root: str | Path = "runs") -> Path:

@@ -33,7 +33,8 @@ from .tokenizer import Tokenizer
 
 FORMAT = "bytemodel-checkpoint"
 VERSION = 2   # 2: the checksum covers every tensor and all metadata (1: the weights only; still read)
-CKPT_NAME = "checkpoint.safetensors"
+CKPT_NAME = "checkpoint.safetensors"   # the resume checkpoint: the latest weights + optimizer state
+BEST_NAME = "best.safetensors"         # the lowest-validation weights (no optimizer state)
 
 
 def _sha(flat: np.ndarray) -> str:
@@ -87,6 +88,15 @@ def resolve(path) -> Path:
     if p.is_dir():
         p = p / CKPT_NAME
     return regular_file(p, "checkpoint", CheckpointError)
+
+
+def model_path(path, last: bool = False) -> Path:
+    """The weights a user means by `path`: a file as it is; in a run directory the best
+    checkpoint where there is one, else (or with last=True) the resume checkpoint."""
+    p = Path(path)
+    if p.is_dir() and not last and (p / BEST_NAME).exists():
+        return p / BEST_NAME
+    return resolve(p)
 
 
 def load(path) -> Loaded:

@@ -110,32 +110,39 @@ DISTRIBUTED_MODES = ("auto", "mpi", "off")   # see distributed.connect
 
 @dataclass
 class TrainConfig:
-    """Every training setting; stored in the checkpoint. Defaults are for the tiny preset on a CPU."""
+    """Every training setting; stored in the checkpoint. 0 / -1 / "auto" mean: chosen by the run
+    (bytemodel/autoconf.py: per-preset lr, warmup, batch and eval_every; preset by corpus size and
+    device; precision by GPU)."""
     source: str = ""
     out_dir: str = ""
-    preset: str = "tiny"
-    steps: int = 1000          # optimizer steps
-    batch_size: int = 16       # windows per step
+    preset: str = "auto"       # tiny / small / base, or auto: by corpus size and device (autoconf.py)
+    steps: int = 1000          # optimizer steps (with `minutes`: planned from the measured speed)
+    batch_size: int = 0        # windows per step; 0: the preset's (autoconf.PRESET_TRAIN)
     context: int = 0           # 0: the preset's context
-    lr: float = 2e-3           # peak learning rate; small models tolerate a high one
+    lr: float = 0.0            # peak learning rate; 0: the preset's (autoconf.PRESET_TRAIN)
     min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup: int = 50           # linear warmup steps
+    warmup: int = -1           # linear warmup steps; -1: the preset's (autoconf.PRESET_TRAIN)
     weight_decay: float = 0.1  # AdamW decoupled decay on matrices only
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0     # global-norm clip; 0 disables
     seed: int = 0              # init and sampler seed
-    eval_every: int = 100      # steps between validations (and checkpoints)
-    eval_tokens: int = 32768   # validation tokens scored each time (spread over the held-out tail)
+    eval_every: int = 0        # steps between validations (and checkpoints); 0: the preset's
+    eval_tokens: int = 0       # validation tokens scored each time (evenly spread windows); 0: the
+                               # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
+    patience: int = 5          # stop after this many validations without a new best; 0: never
+    minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (budget.py)
     device: str = "cpu"
-    precision: str = "fp32"
+    precision: str = "auto"    # auto: fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16
     reader: str = ""           # "" = detect from the file
     merges: int = 0            # BPE merges learned from the source (0 = plain bytes)
     tokenizer: str = ""        # a tok.json to use instead of learning merges ("" = none)
     workers: int = 0           # CPU threads, each running a slice of the batch (0 = one per core)
     distributed: str = "auto"  # auto: MPI when mpiexec/srun started several ranks; mpi: always; off
     shard_optimizer: bool = False  # ZeRO-1: each MPI rank keeps 1/N of the AdamW moments
+    baseline: bool = True      # measure zstd -19 / xz -9e on the same data (summary and loss.png)
+    plot: bool = True          # write loss.png in the run directory at the end
     model: dict = field(default_factory=dict)  # ModelConfig overrides
     # fine-tuning (bytemodel.finetune): start from another run's weights, with its tokenizer
     parent: str = ""           # the run directory or checkpoint the weights come from ("" = none)
@@ -144,26 +151,31 @@ class TrainConfig:
     val_source: str = ""       # held-out examples (JSONL); "" = hold out val_fraction of them
 
     def validate(self) -> None:
-        pos = ("steps", "batch_size", "eval_every", "eval_tokens")
-        for f in pos:
-            if getattr(self, f) <= 0:
-                raise ConfigError(f"{f.replace('_', '-')} must be positive, got {getattr(self, f)}")
+        if self.steps <= 0:
+            raise ConfigError(f"steps must be positive, got {self.steps}")
+        for f in ("batch_size", "eval_every", "eval_tokens", "patience"):   # 0: auto, or off
+            if getattr(self, f) < 0:
+                raise ConfigError(f"{f.replace('_', '-')} must be >= 0, got {getattr(self, f)}")
         if self.context < 0:
             raise ConfigError(f"context must be positive, got {self.context}")
         if self.workers < 0:
             raise ConfigError(f"workers must be >= 0, got {self.workers}")
         if self.merges < 0:
             raise ConfigError(f"merges must be >= 0, got {self.merges}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
+        if not (self.lr >= 0 and math.isfinite(self.lr)):
             raise ConfigError(f"lr must be a positive number, got {self.lr}")
+        if not (self.minutes >= 0 and math.isfinite(self.minutes)):
+            raise ConfigError(f"minutes must be >= 0, got {self.minutes}")
+        if self.precision not in ("auto", "fp32", "fp16", "bf16"):
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of auto, fp32, fp16, bf16")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"val-fraction must be between 0 and 1, got {self.val_fraction}")
         if self.distributed not in DISTRIBUTED_MODES:
             raise ConfigError(f"unknown distributed mode {self.distributed!r}; choose one of "
                               f"{', '.join(DISTRIBUTED_MODES)}")
-        if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.warmup < 0 or self.grad_clip < 0 or self.weight_decay < 0:
+        if self.preset not in PRESETS and self.preset != "auto":
+            raise ConfigError(f"unknown preset {self.preset!r}; choose one of auto, {', '.join(PRESETS)}")
+        if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
         from .validation import check_train_numbers
         check_train_numbers(self)   # seed, the workers bound, NaN and inf

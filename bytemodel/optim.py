@@ -57,6 +57,8 @@ class LossScaler:
     step and halve the scale; after `interval` good steps in a row, double it. Disabled (scale 1,
     never skips unless the gradient is truly non-finite) for fp32/bf16."""
 
+    FLOOR = 1.0   # the lowest scale: below 1 scaling would only lose fp16's small values
+
     def __init__(self, enabled: bool, init: float = 2.0 ** 15, interval: int = 500):
         self.enabled = enabled
         self.scale = init if enabled else 1.0
@@ -68,7 +70,7 @@ class LossScaler:
         if not finite:
             self.good = 0
             if self.enabled:
-                self.scale = max(self.scale / 2, 1.0)
+                self.scale = max(self.scale / 2, self.FLOOR)
             return False
         self.good += 1
         if self.enabled and self.good % self.interval == 0:

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 # a small model and short runs so the training tests take seconds on two cores
+# (no loss.png and no compressor baselines: tests of those turn them on)
 FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=512, warmup=2,
-            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
+            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, plot=False, baseline=False)
 
 
 @pytest.fixture

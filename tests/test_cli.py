@@ -44,8 +44,8 @@ def test_train_generate_score_info(tmp_path, dna_file):
     assert code == 2 and one_line_error(out), out
     code, out = run(["score", str(dna_file), "-c", str(run_dir)])
     assert code == 0 and "bits/byte" in out
-    code, out = run(["info", str(run_dir)])
-    assert code == 0 and "step 6 of 6" in out
+    code, out = run(["info", str(run_dir), "--last"])
+    assert code == 0 and "step 6 of 6 (latest weights)" in out, out
     # resume to more steps
     code, out = run(["train", "--resume", "--out", str(run_dir), "--steps", "8", "-q"])
     assert code == 0 and "step 8" in out, out
@@ -70,7 +70,7 @@ def test_gradcheck_command():
     ["train", "--source", "/no/such/file"],
     ["train"],
     ["train", "--source", "{dna}", "--steps", "-3"],
-    ["train", "--source", "{dna}", "--lr", "0"],
+    ["train", "--source", "{dna}", "--lr", "-1"],
     ["train", "--source", "{dna}", "--preset", "giant"],
     ["train", "--source", "{dna}", "--device", "tpu"],
     ["train", "--source", "{dna}", "--precision", "fp16"],

@@ -82,7 +82,7 @@ def test_empty_directory(tmp_path, fast_settings):
         bytemodel.train(tmp_path / "empty", tmp_path / "run", steps=5, **fast_settings)
 
 
-@pytest.mark.parametrize("bad", [{"steps": 0}, {"lr": -1.0}, {"batch_size": 0}, {"preset": "huge"},
+@pytest.mark.parametrize("bad", [{"steps": 0}, {"lr": -1.0}, {"batch_size": -1}, {"preset": "huge"},
                                  {"val_fraction": 1.5}, {"device": "tpu"}])
 def test_bad_settings(tmp_path, dna_file, fast_settings, bad):
     with pytest.raises(ConfigError):

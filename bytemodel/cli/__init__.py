@@ -19,7 +19,7 @@ import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError
-from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
+from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -30,19 +30,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 def train(
     ctx: typer.Context,
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
-    preset: str = typer.Option(D.preset, help="Model size: tiny, small or base."),
+    preset: str = typer.Option(D.preset, help="Model size: tiny, small, base, or auto (by data size and device; docs/ARCHITECTURE.md)."),
     steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count)."),
-    batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step."),
+    batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step (0: the preset's; tiny 16, small/base 32)."),
     context: int = typer.Option(D.context, help="Window length in tokens (0: the preset's)."),
-    lr: float = typer.Option(D.lr, help="Peak learning rate (warmup then cosine decay)."),
-    warmup: int = typer.Option(D.warmup, help="Warmup steps."),
+    lr: float = typer.Option(D.lr, help="Peak learning rate, warmup then cosine decay (0: the preset's; tiny 2e-3, small 1e-3, base 6e-4)."),
+    warmup: int = typer.Option(D.warmup, help="Warmup steps (-1: the preset's)."),
+    patience: int = typer.Option(D.patience, help=f"Stop after this many validations without a new best (default {D.patience}; 0: never)."),
+    minutes: float = typer.Option(D.minutes, help="Time budget: plan the steps to fit it, from the measured step time (0: use --steps)."),
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
     resume: bool = typer.Option(False, help="Continue the run in --out exactly where it stopped."),
     device: str = typer.Option(D.device, help="cpu, cuda or auto."),
-    precision: str = typer.Option(D.precision, help="fp32 (CPU), or fp16 / bf16 on cuda."),
+    precision: str = typer.Option(D.precision, help="auto (fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16), fp32, fp16 or bf16."),
     reader: str = typer.Option(D.reader, help="Reader name (default: detected from the file)."),
     merges: int = typer.Option(D.merges, help="BPE merges to learn from the source (0: plain bytes)."),
     tokenizer: str = typer.Option(D.tokenizer, help="A tok.json (from `bytemodel tokenizer train`) to use instead of --merges."),
@@ -51,8 +53,8 @@ def train(
                                     "mpiexec or srun; mpi: always (one rank without a launcher too); off."),
     shard_optimizer: bool = typer.Option(D.shard_optimizer, "--shard-optimizer",
                                          help="ZeRO-1 over MPI ranks: each keeps 1/N of the AdamW moments."),
-    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
-    eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time."),
+    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint (0: the preset's; tiny 100, small/base 250)."),
+    eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time (0: the whole held-out tail on a GPU, at most 131072 evenly spread on the CPU)."),
     val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Tail of the data held out."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Override the preset's width."),
     n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Override the preset's depth."),
@@ -71,7 +73,10 @@ def train(
 ):
     """Train a byte-level model on any file or directory.
 
+    Keeps the best weights (lowest validation) in best.safetensors beside the resume checkpoint,
+    stops early when validation stops improving, and writes loss.png in the run directory.
     Example: bytemodel train --source genome.fa --steps 1000
+    Example: bytemodel train --source genome.fa --device cuda --minutes 5
 
     On a cluster: mpiexec -n 8 bytemodel train --source corpus.txt --device cuda --batch-size 256
     (--batch-size is the whole batch; each rank trains its share).
@@ -90,6 +95,7 @@ def train(
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
                         seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
                         workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
+                        patience=patience, minutes=minutes, baseline=baseline and not resume,
                         eval_every=eval_every, eval_tokens=eval_tokens, val_fraction=val_fraction,
                         model=overrides)
         if resume:   # only what was given on the command line: the run's own settings win, and say so
@@ -102,17 +108,29 @@ def train(
         res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
         if not res.main:            # MPI ranks other than 0: rank 0 reports
             raise typer.Exit(130 if res.interrupted else 0)
-        typer.echo(f"step {res.step}: validation {res.val_bpb:.4f} bits/byte; checkpoint {res.checkpoint}")
+        _summary(res)
         if res.interrupted:
             raise typer.Exit(130)
-        if baseline and not resume:
-            from ..baselines import source_baselines
-            b = source_baselines(source, reader or None, val_fraction)
-            f = lambda v: "n/a (zstandard missing)" if v != v else f"{v:.4f}"  # noqa: E731 (nan)
-            typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {f(b['zstd19_tail'])} | "
-                       f"xz -9e {f(b['xz9_tail'])} (compressors given the rest of the data first)")
-            typer.echo(f"whole stream ({b['bytes']:,} bytes), bits/byte: zstd -19 {f(b['zstd19'])} | "
-                       f"xz -9e {f(b['xz9'])}")
+
+
+def _summary(res) -> None:
+    """The end of a run: why it stopped, the best and the last weights with their steps, the compressors."""
+    typer.echo(res.stop_reason)
+    if res.best_checkpoint is not None:
+        se = f" ± {res.val_se:.4f}" if res.val_se is not None else ""
+        typer.echo(f"best: step {res.best_step}, validation {res.val_bpb:.4f}{se} bits/byte: {res.best_checkpoint} "
+                   f"(generate, score, info use it; --last for the latest)")
+    last = f"validation {res.last_val_bpb:.4f} bits/byte" if res.last_val_bpb is not None else "not validated"
+    typer.echo(f"last: step {res.step}, {last}: {res.checkpoint} (resume from here with --resume)")
+    b = res.baselines
+    if b and res.val_bpb is not None:
+        f = lambda v: "n/a (zstandard missing)" if v is None else f"{v:.4f}"  # noqa: E731
+        typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {f(b.get('zstd19_tail'))} | "
+                   f"xz -9e {f(b.get('xz9_tail'))} (compressors given the rest of the data first)")
+        typer.echo(f"whole stream ({b['bytes']:,} bytes), bits/byte: zstd -19 {f(b.get('zstd19'))} | "
+                   f"xz -9e {f(b.get('xz9'))}")
+    if (res.run_dir / "loss.png").exists():
+        typer.echo(f"loss curve: {res.run_dir / 'loss.png'}")
 
 
 def _read_prompt(prompt: str) -> bytes:
@@ -153,6 +171,7 @@ def generate(
                                           "acceptance rate and bytes/s on stderr."),
     precision: str = typer.Option("fp32", help="On cuda: fp32 (the CPU's bytes), fp16 or bf16 (faster)."),
     samples: int = typer.Option(1, "--samples", "-N", help="Draw this many samples in one batched pass."),
+    last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
 ):
     """Generate bytes from a trained model (KV cache).
 
@@ -173,7 +192,7 @@ def generate(
             raise ConfigError("--speculative draws one sample at a time (leave out --samples)")
         if prompt and prompt_file is not None:
             raise ConfigError("give --prompt or --prompt-file, not both")
-        lm = load(checkpoint, device=device, precision=precision)
+        lm = load(checkpoint, device=device, precision=precision, last=last)
         if speculative and lm.cfg.mtp < 2:
             raise ConfigError("--speculative needs a model trained with multi-token heads (train with --mtp 2 or more)")
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
@@ -255,6 +274,7 @@ def score(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
     raw: bool = typer.Option(False, "--raw", help="Score the file's bytes as they are, not decoded by the run's reader."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+    last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 
@@ -265,7 +285,7 @@ def score(
     from .. import load
     from ..readers import read_documents
     with user_errors():
-        lm = load(checkpoint, device=device)
+        lm = load(checkpoint, device=device, last=last)
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
         docs = read_documents(file, "raw" if raw else (run_reader or None))
         bits = n = 0
@@ -310,12 +330,16 @@ def gradcheck(
 
 
 @app.command()
-def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory (default: latest).")):
-    """Describe a checkpoint: model, tokenizer, training state."""
+def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory (default: latest)."),
+         last: bool = typer.Option(False, "--last", help="Describe the run's latest weights, not its best.")):
+    """Describe a checkpoint: model, tokenizer, training state (a run's best weights by default).
+
+    Example: bytemodel info runs/genome-1
+    """
     from .. import checkpoint as ck, latest_run
     from ..model import n_params
     with user_errors():
-        ld = ck.load(checkpoint or latest_run())
+        ld = ck.load(ck.model_path(checkpoint or latest_run(), last=last))
         c, t = ld.cfg, ld.train
         typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "
                    f"ffn {c.d_ff}, context {c.context}, vocab {c.vocab_size}, {n_params(c):,} parameters")
@@ -326,8 +350,10 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
             typer.echo(f"fine-tuned from {tc['parent']} (weights sha256 {tc.get('parent_sha256', '')[:12]}) "
                        f"on {what}{tc.get('source')}")
         if t:
-            typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')}, "
-                       f"validation {t.get('val_bpb')} bits/byte")
+            kind = "best weights" if t.get("best") else "latest weights"
+            se = f" ± {t['val_se']:.4f}" if t.get("val_se") is not None else ""
+            typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')} ({kind}), "
+                       f"validation {t.get('val_bpb')}{se} bits/byte")
 
 
 # sub-commands that live in their own modules beside this one
@@ -337,6 +363,7 @@ tokenizer_cmd.register(app)
 hf_cmd.register(app)
 compress_cmd.register(app)
 finetune_cmd.register(app)
+plot_cmd.register(app)
 
 
 def main() -> None:

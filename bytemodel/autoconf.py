@@ -1,0 +1,93 @@
+"""Settings a run fills in for itself: the preset, its learning rate, warmup and batch, the precision.
+
+A TrainConfig leaves these at their "auto" values (preset "auto", lr 0, warmup -1, batch_size 0,
+eval_every 0, precision "auto"); `resolve(tc, device, n_bytes)` replaces each one left so by the rules below,
+and keeps every value the user gave. What it chose is stored in the checkpoint, so a resumed run
+continues with the same settings.
+
+Per-preset training defaults (PRESET_TRAIN) come from a learning-rate/batch sweep on the shipped
+Klebsiella genomes (benchmarks/sweep.py; the table is in benchmarks/README.md): tiny on the CPU,
+small and base on the H200.
+
+The preset rule (`--preset auto`): the largest preset with at most PARAMS_PER_BYTE parameters per
+byte of training data, because a model much larger than its data memorises it within a few
+passes (issue 10: base on 3.8 MB was best after 6.5 passes, then got worse every evaluation).
+On the CPU it stops at tiny, unless the machine has at least 8 cores (then small): a CPU step of
+small costs about 12x one of tiny, too slow to finish in reasonable time on a laptop.
+"""
+from __future__ import annotations
+
+from .config import PRESETS
+from .errors import ConfigError
+
+# lr: peak AdamW learning rate; warmup: linear warmup steps; batch_size: windows per step.
+# One line each, with the reason (figures: benchmarks/README.md, "Training defaults per preset").
+# eval_every: steps between validations; at small/base a step takes ~15-50 ms on the H200, so a
+# validation of the whole tail plus the saves every 100 steps would cost a large share of the run.
+PRESET_TRAIN = {
+    "tiny": dict(lr=2e-3, warmup=50, batch_size=16, eval_every=100),    # the quick start's settings
+    "small": dict(lr=1e-3, warmup=100, batch_size=32, eval_every=250),  # device sweep, small
+    "base": dict(lr=6e-4, warmup=200, batch_size=32, eval_every=250),   # issue 10: 2e-3 plateaus at base
+}
+
+PARAMS_PER_BYTE = 20      # at most this many parameters per training byte (see the preset rule)
+CPU_SMALL_CORES = 8       # a CPU with at least this many cores may train small
+CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of the tail (evenly
+                           # spread windows; their standard error is reported): the whole tail of a
+                           # few MB would take minutes per validation there
+
+
+def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
+    """The preset `--preset auto` picks for `train_bytes` of training data on `device`."""
+    from .config import preset as make
+    from .model import n_params
+    order = ["tiny", "small", "base"]
+    if device == "cpu":
+        order = order[:2] if cores >= CPU_SMALL_CORES else order[:1]
+    pick = order[0]
+    for name in order:
+        if n_params(make(name)) <= PARAMS_PER_BYTE * train_bytes:
+            pick = name
+    return pick
+
+
+def auto_precision(device: str, capability: tuple[int, int] | None = None) -> str:
+    """fp32 on the CPU; bf16 on a GPU of compute capability >= 8.0 (Ampere on), else fp16."""
+    if device == "cpu":
+        return "fp32"
+    if capability is None:
+        capability = gpu_capability()
+    return "bf16" if capability >= (8, 0) else "fp16"
+
+
+def gpu_capability() -> tuple[int, int]:
+    import cupy
+    cc = cupy.cuda.Device().compute_capability   # e.g. "90"
+    return int(cc[:-1]), int(cc[-1])
+
+
+def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> list[str]:
+    """Fill tc's auto fields in place; return a note per field chosen (for the run's log)."""
+    notes = []
+    if tc.preset == "auto":
+        if train_bytes is None:
+            raise ConfigError("--preset auto needs the corpus size")
+        tc.preset = auto_preset(train_bytes, device, cores)
+        notes.append(f"preset {tc.preset} (auto: {train_bytes:,} training bytes on {device})")
+    if tc.preset not in PRESET_TRAIN:
+        raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
+    d = PRESET_TRAIN[tc.preset]
+    if tc.lr == 0:
+        tc.lr = d["lr"]
+    if tc.warmup < 0:
+        tc.warmup = d["warmup"]
+    if tc.batch_size == 0:
+        tc.batch_size = d["batch_size"]
+    if tc.eval_every == 0:
+        tc.eval_every = d["eval_every"]
+    if tc.eval_tokens == 0 and device == "cpu":
+        tc.eval_tokens = CPU_EVAL_TOKENS
+    if tc.precision == "auto":
+        tc.precision = auto_precision(device)
+        notes.append(f"precision {tc.precision} (auto)")
+    return notes
