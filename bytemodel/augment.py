@@ -25,7 +25,8 @@ from .tokenizer import Tokenizer
 def add_training_copies(run_dir: str | os.PathLike, corpus: Corpus, tokenizer: Tokenizer, copies) -> Corpus:
     """copies(doc bytes) -> list of extra documents; rewrites the run's corpus; returns it reopened."""
     run_dir = Path(run_dir)
-    train = np.asarray(corpus.train)
+    train = np.array(corpus.train)        # copies: the file under these views is replaced below
+    val = np.array(corpus.val)
     h = hashlib.sha256()
     sep = np.array([tokenizer.doc_id], dtype="<u2").tobytes()
     n = {"tokens": 0, "bytes": 0, "docs": 0}
@@ -49,9 +50,8 @@ def add_training_copies(run_dir: str | os.PathLike, corpus: Corpus, tokenizer: T
                     n["tokens"] += len(ids) // 2
                     n["bytes"] += len(extra)
                     n["docs"] += 1
-        put(np.asarray(corpus.val).astype("<u2").tobytes())
+        put(val.astype("<u2").tobytes())
 
-    del corpus                            # the memmap of the file about to be replaced
     info = json.loads((run_dir / CORPUS_FILE).read_text())
     write_atomic(run_dir / TOKENS_FILE, write, error=SourceError)
     info.update(n_tokens=info["n_tokens"] + n["tokens"], split=info["split"] + n["tokens"],

@@ -15,15 +15,17 @@ LAYERS = [
     ("atomic", "resources", "config"),            # the one atomic write; gpu/ + datasets/; settings
     ("readers", "runfiles"),                      # file(s) -> byte documents -> file; run files
     ("tokenizer",),                               # bytes <-> ids
-    ("catalogue", "corpus", "sampling", "chat_template"),   # named datasets; documents -> token file;
-                                                  # draws; conversations <-> ids
+    ("catalogue", "corpus", "sampling", "chat_template", "baselines"),   # named datasets; documents ->
+                                                  # token file; draws; conversations <-> ids; the
+                                                  # compressors' figures
     ("pairs",),                                   # fine-tuning examples + their loss mask
     ("ops",),                                     # the op table and its backends (the device)
     ("mtp",),                                     # multi-token heads
     ("model",),                                   # the transformer over the ops
-    ("gradcheck", "checkpoint", "optim", "parallel", "lockstep", "speculative"),
+    ("gradcheck", "checkpoint", "optim", "parallel", "lockstep", "speculative",
+     "augment", "autoconf", "watch", "budget", "plot"),   # ... and the training loop's helpers
     ("distributed", "hf", "lineage"),             # over ranks; the Hugging Face format; a fine-tune's parent
-    ("training", "generate", "compress", "evaluate", "baselines"),   # what a user runs
+    ("training", "generate", "compress", "evaluate"),   # what a user runs
     ("finetune", "chat"),                         # fine-tuning runs; the chat REPL's engine
     ("__init__",),                                # the public Python API
     ("cli",),                                     # the command, over the API
