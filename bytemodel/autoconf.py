@@ -5,9 +5,11 @@ eval_every 0, precision "auto"); `resolve(tc, device, n_bytes)` replaces each on
 and keeps every value the user gave. What it chose is stored in the checkpoint, so a resumed run
 continues with the same settings.
 
-Per-preset training defaults (PRESET_TRAIN) come from a learning-rate/batch sweep on the shipped
-Klebsiella genomes (benchmarks/sweep.py; the table is in benchmarks/README.md): tiny on the CPU,
-small and base on the H200.
+Per-preset training defaults (PRESET_TRAIN), and where each comes from (benchmarks/README.md,
+"Training defaults and the time budget"): tiny, the CPU figures the quick start has always used;
+base, issue 10's H200 runs (6e-4 reached 1.838 bits/byte where 2e-3 plateaued at 1.907) and the
+5-minute Klebsiella run; small, between the two by the usual 1/sqrt(width) scaling of AdamW
+learning rates (2e-3 x sqrt(128/384) = 1.15e-3), not yet measured against alternatives.
 
 The preset rule (`--preset auto`): the largest preset with at most PARAMS_PER_BYTE parameters per
 byte of training data, because a model much larger than its data memorises it within a few
@@ -26,7 +28,7 @@ from .errors import ConfigError
 # validation of the whole tail plus the saves every 100 steps would cost a large share of the run.
 PRESET_TRAIN = {
     "tiny": dict(lr=2e-3, warmup=50, batch_size=16, eval_every=100),    # the quick start's settings
-    "small": dict(lr=1e-3, warmup=100, batch_size=32, eval_every=250),  # device sweep, small
+    "small": dict(lr=1e-3, warmup=100, batch_size=32, eval_every=250),  # interpolated (see above)
     "base": dict(lr=6e-4, warmup=200, batch_size=32, eval_every=250),   # issue 10: 2e-3 plateaus at base
 }
 
