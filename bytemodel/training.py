@@ -369,7 +369,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
         return params
 
     def record(d):
-        d = _clean(d)
+        d = _clean(dict(d))   # a copy: the caller still prints its own figures
         history.append(d)
         if world.main:
             with open(metrics_path, "a") as f:
