@@ -251,8 +251,8 @@ def _prepare_ranks(world, tc: TrainConfig, resume: bool):
 
 UNPLANNED = 10 ** 9   # tc.steps of a time-budget run until its total is planned (budget.py)
 SAVE_SHARE = 0.1      # skip a boundary's resume checkpoint if writing it would cost more than this
-                      # share of the time since the last one (the base preset's is ~1 GB); the
-                      # last step, a stop and early stopping always save
+SAVE_ALWAYS_S = 1.0   # share of the time since the last one and over SAVE_ALWAYS_S seconds (the
+                      # base preset's is ~1 GB); the last step, a stop and early stopping always save
 
 
 def _clean(rec: dict) -> dict:
@@ -361,7 +361,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
             raise BytemodelError(f"the weights became non-finite at step {step}; not saved "
                                  f"(the checkpoints already written are intact); try a lower --lr")
         now = time.perf_counter()
-        if world.any(force or saves["cost"] <= SAVE_SHARE * (now - saves["at"])):
+        if world.any(force or saves["cost"] < SAVE_ALWAYS_S or saves["cost"] <= SAVE_SHARE * (now - saves["at"])):
             m, v = runner.host_moments(opt)             # gathered from the ranks when sharded
             if world.main:
                 ckpt.save(run_dir / ckpt.CKPT_NAME, cfg, tok, params, train_state(), m, v)
@@ -515,8 +515,8 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
                     break
     except BaseException:
         runner.close()
-        if tc.plot and world.main:
-            _plot_quietly(run_dir, log)   # the curve up to the error is worth having
+        if tc.plot and world.main and (run_dir / ckpt.CKPT_NAME).exists():
+            _plot_quietly(run_dir, log)   # the curve up to the error (a run with no checkpoint is removed)
         raise
     runner.close()
     world.close()

@@ -33,7 +33,8 @@ MODEL = ["--context", "32", "--batch-size", "4", "--eval-every", "5", "--eval-to
          "--d-model", "32", "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "-q", "--no-baseline"]
 API = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=256, warmup=2,
            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
-CORE_FILES = {"checkpoint.safetensors", "tokens.u16", "corpus.json", "metrics.jsonl"}
+CORE_FILES = {"checkpoint.safetensors", "tokens.u16", "corpus.json", "metrics.jsonl",
+              "best.safetensors", "loss.png", "baselines.json"}   # a finished CLI run's files
 
 
 def cli(args, **kw):
@@ -424,8 +425,8 @@ def test_checkpoint_metadata_of_the_wrong_shape(run_copy, meta):
     from safetensors.numpy import load, save
     path = run_copy / ck.CKPT_NAME
     path.write_bytes(save(load(path.read_bytes()), metadata={"bytemodel": meta}))
-    for args in (["info", run_copy], ["generate", "-c", run_copy, "--bytes", "3"],
-                 ["train", "--resume", "--out", run_copy, "--steps", "8", "-q"]):
+    for args in (["info", run_copy, "--last"], ["generate", "-c", run_copy, "--last", "--bytes", "3"],
+                 ["train", "--resume", "--out", run_copy, "--steps", "8", "-q"]):   # the file broken
         assert one_error_line(*cli(args), str(run_copy)), args
 
 
@@ -629,7 +630,7 @@ def test_data_get_reverifies_a_cached_file_of_the_right_size(tmp_path, monkeypat
     (["--weight-decay", "inf"], ["weight-decay"]),
     (["--rope-theta", "inf"], ["rope_theta"]),
     (["--rope-theta", "nan"], ["rope_theta"]),
-    (["--warmup", "-1"], ["warmup"]),
+    (["--warmup", "-2"], ["warmup"]),          # -1 is "the preset's"
 ])
 def test_bad_numbers_are_refused_before_any_work(tmp_path, flags, words):
     code, out = cli(["train", "--source", dna(tmp_path / "d.txt"), "--out", tmp_path / "r",
