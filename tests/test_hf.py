@@ -525,3 +525,20 @@ def test_export_never_imports_torch(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
     assert (tmp_path / "hf" / "model.safetensors").is_file()
+
+
+def test_export_takes_the_best_weights_unless_last(tmp_path):
+    """A run directory holds best.safetensors beside the resume checkpoint: export, like generate
+    and score, takes the best; --last the latest."""
+    run, m, tok = make_run(tmp_path, "plain")
+    best = m.params.copy()
+    best[:] = best * 0.5
+    ck.save(run / ck.BEST_NAME, m.cfg, tok, best, {"step": 3, "val_bpb": 2.0})
+    export_hf(run, tmp_path / "hf-best")
+    export_hf(run, tmp_path / "hf-last", last=True)
+    emb = lambda d: read_st(d / "model.safetensors")["model.embed_tokens.weight"]
+    np.testing.assert_array_equal(emb(tmp_path / "hf-best"), best[:m.p["wte"].size].reshape(m.p["wte"].shape))  # wte is first
+    np.testing.assert_array_equal(emb(tmp_path / "hf-last"), m.p["wte"])
+    r = CliRunner().invoke(app, ["export", str(run), str(tmp_path / "hf-cli"), "--last"])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(emb(tmp_path / "hf-cli"), m.p["wte"])

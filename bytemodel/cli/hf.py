@@ -18,6 +18,7 @@ def export(
     out_dir: Path = typer.Argument(..., help="Directory to write (created; must be empty unless --force)."),
     fmt: str = typer.Option("hf", "--format", "-f", help="hf: a Hugging Face transformers Llama directory."),
     force: bool = typer.Option(False, "--force", help="Replace OUT_DIR if it is not empty."),
+    last: bool = typer.Option(False, "--last", help="Export the latest weights, not the best validation's."),
 ) -> None:
     """Export a checkpoint for other tools: config.json, model.safetensors, tokenizer, README.md.
 
@@ -26,7 +27,7 @@ def export(
     """
     from ..hf import export_hf
     with user_errors():
-        res = export_hf(run, out_dir, force=force, fmt=fmt)
+        res = export_hf(run, out_dir, force=force, fmt=fmt, last=last)
         if res.dropped:
             typer.echo(f"note: not exported (no place in a Llama model): {', '.join(res.dropped)}", err=True)
         typer.echo(f"wrote {res.out_dir}: {', '.join(res.files)}")

@@ -48,12 +48,15 @@ def _json_bytes(obj) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def export_hf(run, out_dir, force: bool = False, fmt: str = "hf") -> ExportResult:
-    """Export the checkpoint in `run` (a run directory or checkpoint file) to out_dir."""
+def export_hf(run, out_dir, force: bool = False, fmt: str = "hf", last: bool = False) -> ExportResult:
+    """Export the checkpoint in `run` (a run directory or checkpoint file) to out_dir.
+
+    In a run directory the best weights (best.safetensors) are exported, as generate and score
+    use them; last=True takes the latest (the resume checkpoint)."""
     from safetensors.numpy import save as st_save
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
-    loaded = ckpt.load(run)
+    loaded = ckpt.load(ckpt.model_path(run, last=last))
     out_dir = Path(out_dir)
     _check_target(out_dir, loaded.path, force)
     cfg, tok = loaded.cfg, loaded.tokenizer
