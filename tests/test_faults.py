@@ -839,3 +839,24 @@ def test_a_version_1_checkpoint_still_loads_and_its_weights_are_verified(tmp_pat
     bad.write_bytes(st_save(tensors, metadata={"bytemodel": _json.dumps(meta)}))
     with pytest.raises(CheckpointError, match="corrupt"):
         ck.load(bad)
+
+
+def test_generate_into_a_pipe_closed_early_ends_quietly(tmp_path):
+    """`bytemodel generate | head -c 10`: the reader stops early; no `error: Broken pipe`, no
+    traceback, and the status a SIGPIPE'd process reports (141)."""
+    src = tmp_path / "toy.txt"
+    src.write_bytes(b"ACGT" * 2000)
+    r = subprocess.run([sys.executable, "-m", "bytemodel.cli", "train", "--source", str(src), "--steps", "2",
+                        "--context", "16", "--batch-size", "2", "--d-model", "16", "--n-layers", "1",
+                        "--n-heads", "2", "--d-ff", "16", "--out", str(tmp_path / "run"), "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    gen = subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "generate", "-c", str(tmp_path / "run"),
+                            "--bytes", "200000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = gen.stdout.read(10)
+    gen.stdout.close()                      # the reader goes away, as `head` does
+    err = gen.stderr.read().decode()
+    gen.wait(timeout=120)
+    assert len(first) == 10
+    assert "Broken pipe" not in err and "Traceback" not in err, err
+    assert gen.returncode == 141, (gen.returncode, err)

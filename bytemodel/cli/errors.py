@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 
 import typer
 
@@ -22,6 +24,16 @@ def user_errors():
     except MemoryError:
         typer.echo("error: out of memory (try a smaller --batch-size, --context or preset)", err=True)
         raise typer.Exit(2)
+    except BrokenPipeError:
+        # the reader of our stdout stopped reading (`bytemodel generate | head`): end quietly, as a
+        # process stopped by SIGPIPE does (status 141), and keep Python's exit-time flush from
+        # reporting the same pipe again
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise typer.Exit(141)
     except OSError as e:
         typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
         raise typer.Exit(2)
