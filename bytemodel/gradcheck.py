@@ -67,9 +67,15 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
 
     m.grads[:] = 0
     m.loss_and_grad(idx, tgt)
-    analytic = m.grads.copy()
+    return check_tensors(m, loss, m.grads.copy(), rng, per_tensor)
+
+
+def check_tensors(m: Model, loss, analytic: np.ndarray, rng: np.random.Generator,
+                  per_tensor: int) -> list[TensorCheck]:
+    """Per parameter tensor of m (float64): `per_tensor` random entries of `analytic` (the flat
+    gradient of loss()) against centered finite differences of loss(), the error as above."""
     out = []
-    for name, shape, off in layout(cfg):
+    for name, shape, off in layout(m.cfg):
         n = math.prod(shape)
         picks = rng.choice(n, size=min(per_tensor, n), replace=False)
         worst = 0.0

@@ -10,8 +10,8 @@ from bytemodel import checkpoint as ck
 from bytemodel.errors import ConfigError, SourceError
 from bytemodel.finetune import finetune, parent_val_bpb
 from bytemodel.lineage import grow_vocab
-from bytemodel.gradcheck import BOUND, EPS, FLOOR, tiny_config
-from bytemodel.model import Model, layout, views
+from bytemodel.gradcheck import BOUND, check_tensors, tiny_config
+from bytemodel.model import Model, views
 from bytemodel.ops import numpy_ops as op
 from bytemodel.pairs import ExampleCorpus, encode_example, read_examples, stream_of
 from bytemodel.parallel import CoreParallel
@@ -61,21 +61,8 @@ def test_masked_model_gradients_against_finite_differences():
 
     m.grads[:] = 0
     m.loss_and_grad(idx, tgt, mask=mask)
-    ana = m.grads.copy()
-    for name, shape, off in layout(cfg):
-        n = int(np.prod(shape))
-        worst = 0.0
-        for j in rng.choice(n, size=min(8, n), replace=False):
-            i = off + int(j)
-            old = m.params[i]
-            m.params[i] = old + EPS
-            lp = loss()
-            m.params[i] = old - EPS
-            lm = loss()
-            m.params[i] = old
-            num = (lp - lm) / (2 * EPS)
-            worst = max(worst, abs(ana[i] - num) / max(abs(ana[i]) + abs(num), FLOOR))
-        assert worst <= BOUND, f"{name}: {worst:.2e}"
+    for r in check_tensors(m, loss, m.grads.copy(), rng, per_tensor=8):
+        assert r.max_rel_error <= BOUND, f"{r.name}: {r.max_rel_error:.2e}"
 
 
 def test_masked_targets_contribute_exactly_nothing():
