@@ -26,8 +26,7 @@ import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
-from .generate import _check_sampling
-from .sampling import sample_next
+from .generate import _check_sampling, plain_ids
 
 KEEP = 0.75  # the prompt may fill this much of the context; the rest is room for the reply
 
@@ -77,31 +76,18 @@ class Chat:
         return bytes(out)
 
     def _sample(self, history: list[int], out: bytearray, on_bytes) -> None:
-        model, ops, T = self.model, self.model.ops, self.model.cfg.context
-        V = self.tok.vocab_size
-        W = model.weights()
-
-        def prefill(ids):
-            cache = model.new_cache(1, T)
-            logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
-            return cache, len(ids), ops.to_numpy(logits[0, -1, :V]).astype(np.float64)
-
-        cache, pos, logits = prefill(history)
-        while len(out) < self.max_bytes:
-            nxt = sample_next(logits, self.rng, *self.sampling)
+        """Sample after `history` (generation's KV-cache loop and window rule) into out."""
+        if len(out) >= self.max_bytes:
+            return
+        for nxt in plain_ids(self.model, history, self.rng, *self.sampling, vocab=self.tok.vocab_size):
             if nxt in self.specials:
                 break
-            history.append(nxt)
             chunk = self.tok.vocab[nxt][: self.max_bytes - len(out)]
             out += chunk
             if on_bytes is not None:
                 on_bytes(chunk)
-            if pos >= T:  # the window is full: re-read its last half into a fresh cache
-                cache, pos, logits = prefill(history[-(T // 2):])
-                continue
-            lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
-            pos += 1
-            logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
+            if len(out) >= self.max_bytes:
+                break
 
 
 class Utf8Stream:
