@@ -63,7 +63,7 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
     tgt = rng.integers(0, cfg.vocab_size, size=(B, T))
 
     def loss() -> float:   # the training objective: main loss + the MTP heads' weighted loss
-        return m.objective(m.forward(idx, tgt))
+        return m.objective(m.forward(idx, tgt, heads=True))
 
     m.grads[:] = 0
     m.loss_and_grad(idx, tgt)

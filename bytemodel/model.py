@@ -177,10 +177,12 @@ class Model:
         return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s)
 
     # ------------------------------------------------------------------ training passes
-    def forward(self, idx, targets, mask=None):
+    def forward(self, idx, targets, mask=None, heads: bool = False):
         """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations.
 
-        mask (B, T) 0/1 or None: targets where it is 0 count for nothing (loss 0, no gradient)."""
+        mask (B, T) 0/1 or None: targets where it is 0 count for nothing (loss 0, no gradient).
+        heads: also run the multi-token heads (their losses in self.mtp_losses) for a backward
+        pass; scoring and validation need only the next-token losses, so they leave them out."""
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
         N, C = B * T, cfg.d_model
@@ -199,8 +201,8 @@ class Model:
             losses, ce = o.cross_entropy_forward(logits, targets.reshape(N))       # (N,)
         else:  # masked targets: loss 0 and no gradient (the MTP heads below are not masked)
             losses, ce = o.cross_entropy_forward(logits, targets.reshape(N), o.asarray(mask).reshape(N))
-        mtp = None
-        if cfg.mtp > 1:                                                            # heads t+2..t+K
+        mtp, self.mtp_losses = None, []
+        if heads and cfg.mtp > 1:                                                  # heads t+2..t+K
             self.mtp_losses, mtp = mtp_forward(o, cfg, W, wh, x, targets)
         self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce, mtp)
         return losses
@@ -242,7 +244,7 @@ class Model:
         With a mask (B, T) (host array, so counting it needs no device wait) the mean is over the
         counted targets only: sum(mask * loss) / max(sum(mask), 1).
         """
-        losses = self.forward(idx, targets, mask)
+        losses = self.forward(idx, targets, mask, heads=True)
         n = losses.shape[0] if mask is None else max(int(np.count_nonzero(mask)), 1)
         self.backward(self.xp.full(losses.shape[0], weight / n, dtype=losses.dtype), mtp_scale=weight)
         return losses
