@@ -1,0 +1,83 @@
+"""Where a compressor step's time goes: the model's lockstep step, the quantisation (with the copy
+to the host), and the range coder, for several (streams, window) layouts.
+
+    PYTHONPATH=. python benchmarks/lockstep_profile.py --device cuda --precision fp16 --preset base \\
+        --layouts 1024:1024,4096:128,8192:64
+
+For each STREAMS:WINDOW it pushes --steps tokens through a Lockstep of random initial weights
+(the speed does not depend on the weights) with the cache between half full and full, then
+times, per step: the push (synchronised), quantise + copy of the frequencies to the host, and
+constriction's encode of one symbol per stream. tokens/s = streams / (sum of the three).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from bytemodel.compress import quantise
+from bytemodel.config import preset
+from bytemodel.lockstep import Lockstep
+from bytemodel.model import Model
+from bytemodel.ops import get_backend
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--layouts", default="64:64,256:64")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps (default: window/2)")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    cfg = preset(a.preset)
+    ops = get_backend(a.device, a.precision)
+    m = Model(cfg, ops=ops)
+    m.init_weights(0)
+    xp = m.xp
+    sync = (lambda: xp.cuda.Stream.null.synchronize()) if a.device == "cuda" else (lambda: None)
+    try:
+        import constriction
+        family = constriction.stream.model.Categorical(perfect=False)
+    except ImportError:
+        constriction = family = None
+    rows = []
+    for lay in a.layouts.split(","):
+        S, W = (int(v) for v in lay.split(":"))
+        L = Lockstep(m, S, W)
+        rng = np.random.default_rng(0)
+        for _ in range(W // 2):                      # fill the cache half: the steps below see W/2..W keys
+            L.push(rng.integers(0, 256, S))
+        sync()
+        n = a.steps or W // 2 - 1
+        t_push = t_q = t_c = 0.0
+        enc = constriction.stream.queue.RangeEncoder() if constriction else None
+        for _ in range(n):
+            ids = rng.integers(0, 256, S)
+            t = time.perf_counter()
+            lg = L.push(ids)
+            sync()
+            t_push += time.perf_counter() - t
+            t = time.perf_counter()
+            f = ops.to_numpy(quantise(lg, 256, xp).astype(xp.float32))
+            t_q += time.perf_counter() - t
+            if enc is not None:
+                t = time.perf_counter()
+                enc.encode(ids.astype(np.int32), family, f)
+                t_c += time.perf_counter() - t
+        step = (t_push + t_q + t_c) / n
+        r = {"streams": S, "window": W, "steps": n, "push_ms": 1e3 * t_push / n, "quantise_ms": 1e3 * t_q / n,
+             "coder_ms": 1e3 * t_c / n, "tokens_per_s": S / step, "model_only_tokens_per_s": S * n / t_push}
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        del L
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"preset": a.preset, "device": a.device, "precision": a.precision, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
