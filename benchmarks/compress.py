@@ -36,9 +36,14 @@ from bytemodel.resources import datasets_dir
 SAMPLE = datasets_dir() / "klebsiella_hs11286_1m.fa.gz"
 
 
-def load_data(n_train: int, n: int, reader: str) -> tuple[bytes, bytes]:
+def load_data(n_train: int, n: int, reader: str, file: str = "") -> tuple[bytes, bytes]:
     """(training head, measured slice). With a reader: the last n bytes of what it decodes (the
-    held-out tail of a run trained on the sample, e.g. the README's quick start)."""
+    held-out tail of a run trained on the sample, e.g. the README's quick start). With a file:
+    its first n bytes (as the reader decodes it, if one is given), and no training head."""
+    if file:
+        from bytemodel.readers import read_documents
+        seq = b"".join(read_documents(file, reader)) if reader else Path(file).read_bytes()
+        return b"", seq[:n]
     if reader:
         from bytemodel.readers import read_documents
         seq = b"".join(read_documents(SAMPLE, reader))
@@ -121,6 +126,8 @@ def main() -> None:
     ap.add_argument("--checkpoint", default="", help="use this run instead of training one")
     ap.add_argument("--reader", default="", help="measure the last --bytes of the sample as this reader "
                     "decodes it (fasta: the bases), instead of raw bytes after the training head")
+    ap.add_argument("--file", default="", help="measure the first --bytes of this file (e.g. a held-out file of "
+                    "the --checkpoint run; with --reader as it decodes it) instead of the sample")
     ap.add_argument("--train-steps", type=int, default=300, help="0: random initial weights (speed only)")
     ap.add_argument("--train-bytes", type=int, default=800_000)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -130,7 +137,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
-    head, data = load_data(args.train_bytes, args.bytes, args.reader)
+    head, data = load_data(args.train_bytes, args.bytes, args.reader, args.file)
     with tempfile.TemporaryDirectory() as tmp:
         lm = model(args, head, Path(tmp))
         configs = [tuple(int(v) or None for v in c.split(":")) for c in args.configs.split(",") if c] or [(None, None)]
@@ -143,7 +150,7 @@ def main() -> None:
             print(json.dumps(r), file=sys.stderr, flush=True)
     from bytemodel.compress import backend_info
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
+    print(f"{args.checkpoint or args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
     print("| window | streams | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte | "
           "model cross-entropy | xz -9e | zstd -19 | .bmz / xz | .bmz / zstd |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

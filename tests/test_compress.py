@@ -184,8 +184,8 @@ open(dst, 'wb').write(out)
 
 
 def _child(run_dir, mode, src, dst, workers, blas_threads):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS=str(blas_threads),
-               OMP_NUM_THREADS=str(blas_threads))
+    path = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS=str(blas_threads))
     r = subprocess.run([sys.executable, "-c", _CHILD, str(run_dir), mode, str(src), str(dst), str(workers)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -341,6 +341,14 @@ def test_device_path_through_a_standin_backend(run_dir, lm):
         lm.decompress(blob)                                  # a device file is refused on the CPU
     with pytest.raises(bmz.CompressError, match="--device cpu"):
         g.decompress(lm.compress(data))                      # and a CPU file on the device
+
+
+def test_default_window_per_device():
+    """The CPU codes with the model's whole context; a GPU with at most GPU_WINDOW (speed: the
+    cache a step reads grows with the window), never more than the context."""
+    assert bmz.default_window(1024, "cpu") == 1024
+    assert bmz.default_window(1024, "cuda") == bmz.GPU_WINDOW < 1024
+    assert bmz.default_window(64, "cuda") == 64
 
 
 @pytest.mark.gpu

@@ -126,6 +126,25 @@ def test_flash_kv_cache(T, S):
     assert np.max(np.abs(host(lse) - l_ref)) < 2e-4
 
 
+def test_flash_more_streams_than_one_grid_holds():
+    """Batch x heads above CUDA's 65,535 grid rows (a compressor's thousands of streams, one token
+    each): the forward is launched in slices of the batch; rows in every slice, the first and the
+    last, match the reference."""
+    from bytemodel.ops.cuda_ops import GRID_Y_MAX
+    ops = backend("fp16")
+    rng = np.random.default_rng(3)
+    H, K, T, S, D = 12, 12, 1, 40, 64
+    B = GRID_Y_MAX // H * 2 + 3                      # three slices, the last of 3 streams
+    q = cp.asarray(rng.standard_normal((B, H, T, D)).astype(np.float16))
+    k = cp.asarray(rng.standard_normal((B, K, S, D)).astype(np.float16))
+    v = cp.asarray(rng.standard_normal((B, K, S, D)).astype(np.float16))
+    out, lse = ops.attention_forward(q, k, v)
+    rows = np.r_[0:4, GRID_Y_MAX // H - 2:GRID_Y_MAX // H + 2, B - 5:B]
+    o_ref, l_ref = ref.attention_forward(*(host(x[rows]) for x in (q, k, v)))
+    assert rel(host(out[rows]), o_ref) < 4e-3
+    assert np.max(np.abs(host(lse[rows]) - l_ref)) < 2e-4
+
+
 @pytest.mark.parametrize("T,D", [(17, 64), (300, 128)])
 def test_flash_bf16(T, D):
     check("bf16", 2, 4, 1, T, T, D, seed=7 * T + D)

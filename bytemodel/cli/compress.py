@@ -31,7 +31,7 @@ def compress(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz)."),
     streams: Optional[int] = typer.Option(None, "--streams",
                                           help="Streams coded side by side (default: from the size and device)."),
-    window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: the model's)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: the model's context on the CPU, at most 256 on a GPU)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
     precision: str = typer.Option("fp16", help="On cuda: fp16, bf16 or fp32."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),

@@ -57,6 +57,8 @@ FLASH_FWD = {32: (128, 64), 64: (128, 64), 128: (128, 32)}
 FLASH_BWD = {32: (32, 128), 64: (32, 128), 128: (32, 64)}
 
 
+GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
+
 def _bf16_dtype():
     try:
         import ml_dtypes
@@ -454,9 +456,12 @@ class CudaBackend:
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
-        fn(((T + BM - 1) // BM, B * H), (128,),
-           (q, k, v, out, lse, _i32(H), _i32(K), _i32(T), _i32(S), *qs, *ks, *vs, *os_,
-            _f32(scale_log2)), shared_mem=smem)
+        nb = max(1, GRID_Y_MAX // H)   # grid y is (batch, head): at most 65535, so many streams go in slices
+        for b0 in range(0, B, nb):
+            b1 = min(B, b0 + nb)
+            fn(((T + BM - 1) // BM, (b1 - b0) * H), (128,),
+               (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
+                *qs, *ks, *vs, *os_, _f32(scale_log2)), shared_mem=smem)
         return out, lse
 
     def attention_backward(self, dout, q, k, v, out, lse, block=None):
