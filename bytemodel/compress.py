@@ -54,11 +54,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .errors import BytemodelError, ConfigError
+from .cpu_lockstep import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .lockstep import Lockstep, check_window
 from .ops import numpy_ops
 
 MAGIC = b"\x89BMZ\r\n\x1a\n"
-VERSION = 1
+VERSION = 2                  # 2: the layout names its engine and re-read policy (version 1: the lockstep engine, re-read window/2)
+READS = (1, 2)               # container versions this code decodes
 FORMAT = "bytemodel-compressed"
 PREC_BITS = 24               # frequencies sum to 2^24: constriction's range coder precision
 TOTAL = 1 << PREC_BITS
@@ -66,8 +68,10 @@ _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
 _TRAILER = 32                # SHA-256
 MAX_HEADER = 1 << 20
 MIN_STREAM = 4               # default layout: at least this many windows of tokens per stream
-CPU_MAX_LANE = 64            # streams per lane on the CPU: measured 30-40% cheaper per byte than 16
-CPU_MAX_STREAMS = 128
+CPU_MAX_LANE = 256           # streams per lane on the CPU (benchmarks/README.md: wider lanes spread each NumPy call)
+CPU_MAX_STREAMS = 512
+CPU_WINDOW = 32              # the CPU engine's default window (sliding): the attention reads the cache, so cost grows with it
+ENGINES = ("cpu", "lockstep")  # what computes the probabilities: cpu_lockstep.CpuLockstep or lockstep.Lockstep
 GPU_MAX_STREAMS = 8192
 GPU_WINDOW = 256             # default window on a GPU: half the cost per token of the full 1024 of base, 2.6%
                              # larger (benchmarks/README.md, the compressor on the H200)
@@ -123,7 +127,8 @@ def split(n: int, streams: int) -> np.ndarray:
 
 
 def default_window(context: int, device: str) -> int:
-    """The window a compression uses unless told: the model's context on the CPU, at most GPU_WINDOW on a GPU."""
+    """The lockstep engine's window unless told: the model's context on the CPU, at most GPU_WINDOW on a GPU
+    (the cpu engine's is CPU_WINDOW)."""
     return context if device == "cpu" else min(context, GPU_WINDOW)
 
 
@@ -168,8 +173,12 @@ def backend_info(model) -> dict:
 # the one computation path of both directions
 
 def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int | None = None,
-           want_logp: bool = False, progress=None) -> None:
+           want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0) -> None:
     """Advance every stream through the model, one token per stream per step.
+
+    engine "lockstep": lockstep.Lockstep on any backend (re-read window/2), frequencies by
+    `quantise`; "cpu": cpu_lockstep.CpuLockstep (NumPy only; `reread` 0 slides the window, k > 0
+    re-reads k tokens), frequencies by cpu_lockstep.Quantiser.
 
     lengths (S,): tokens per stream (non-increasing). At each step t, decide(t, active, freqs,
     logp) gets the S' = active streams (the first S', those with more than t tokens), their
@@ -188,7 +197,13 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
     weights = model.weights()
     mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
-    steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights) for i, (a, b) in enumerate(bounds)]
+    if engine == "cpu":
+        folded = Folded(model, weights)
+        steppers = [CpuLockstep(replicas[i % n_workers], b - a, window, reread, folded, weights)
+                    for i, (a, b) in enumerate(bounds)]
+        quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds]
+    else:
+        steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights) for i, (a, b) in enumerate(bounds)]
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
@@ -197,6 +212,11 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         for i in mine[w]:
             a, b = bounds[i]
             lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
+            if engine == "cpu":
+                quants[i](lg, freqs[a:b])
+                if want_logp:
+                    log_softmax_into(lg[:, :V], logp[a:b])
+                continue
             freqs[a:b] = ops.to_numpy(quantise(lg, A, xp).astype(xp.float32))
             if want_logp:
                 logp[a:b] = numpy_ops.log_softmax(ops.to_numpy(lg[:, :V]).astype(np.float64))
@@ -245,11 +265,14 @@ def _blas_one_thread():
 
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
              coders: int | None = None, workers: int | None = None, stats: dict | None = None,
-             progress=None) -> bytes:
+             progress=None, engine: str | None = None, reread: int | None = None) -> bytes:
     """data -> a .bmz container (bytes).
 
-    streams, window, lane: the stream layout (default: default_streams, default_window,
-    default_lane). coders: independent range
+    streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
+    the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
+    cpu_lockstep.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread (cpu
+    engine only): 0 slides the window (default), k > 0 re-reads the newest k tokens when the
+    window is full (the lockstep engine always re-reads window/2). coders: independent range
     coders, each taking a contiguous group of streams, run on threads (default: 1 on the CPU, where
     the lanes use the cores, up to GPU_CODERS on the GPU). workers: CPU threads for the lanes.
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
@@ -259,8 +282,20 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     data = bytes(data)
     model, tok = lm.model, lm.tokenizer
     device = model.ops.describe()["device"]
-    W = default_window(model.cfg.context, device) if window is None else int(window)
-    check_window(W, model.cfg.context)
+    engine = ("cpu" if device == "cpu" else "lockstep") if engine is None else engine
+    if engine not in ENGINES or (engine == "cpu" and device != "cpu"):
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)} ('cpu' only on the CPU), got {engine!r}")
+    ctx = model.cfg.context
+    W = (min(CPU_WINDOW, ctx) if engine == "cpu" else default_window(ctx, device)) if window is None else int(window)
+    check_window(W, ctx)
+    if engine == "lockstep":
+        if reread not in (None, W // 2):
+            raise ConfigError(f"the lockstep engine re-reads window/2 = {W // 2} tokens, not {reread}")
+        rr = W // 2
+    else:
+        rr = 0 if reread is None else int(reread)
+        if rr:
+            check_reread(rr, W)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
     S = default_streams(n, W, device) if streams is None else int(streams)
@@ -300,7 +335,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         return sym
 
     try:
-        _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress)
+        _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress, engine=engine, reread=rr)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -311,7 +346,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         "checkpoint": checkpoint_identity(lm),
         "reader": "raw",            # the payload codes the file's bytes exactly as they are
         "original": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
-        "layout": {"tokens": n, "streams": S, "window": W, "lane": ln, "reread": W // 2,
+        "layout": {"tokens": n, "streams": S, "window": W, "lane": ln, "reread": rr, "engine": engine,
                    "order": "step-major, streams in order"},
         "coder": {"name": "constriction.stream.queue.RangeEncoder", "version": _coder_version(),
                   "model": "Categorical(perfect=False)", "precision_bits": PREC_BITS, "alphabet": tok.doc_id,
@@ -352,6 +387,7 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     constriction = _coder()
     lay = header["layout"]
     n, S, W, ln = lay["tokens"], lay["streams"], lay["window"], lay["lane"]
+    engine, rr = lay["engine"], lay["reread"]
     if W > lm.model.cfg.context:
         raise CompressError(f"the file's window {W} exceeds the model's context {lm.model.cfg.context}")
     lengths = split(n, S)
@@ -381,7 +417,7 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
         return sym[:active]
 
     try:
-        _drive(lm, lengths, W, ln, decide, workers, progress=progress)
+        _drive(lm, lengths, W, ln, decide, workers, progress=progress, engine=engine, reread=rr)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -416,14 +452,17 @@ def read(blob: bytes) -> tuple[dict, bytes]:
     if hashlib.sha256(blob[:-_TRAILER]).digest() != blob[-_TRAILER:]:
         raise CompressError("corrupt or truncated .bmz file (its SHA-256 does not match)")
     version, hlen = struct.unpack("<HI", blob[len(MAGIC):_FIXED])
-    if version != VERSION:
-        raise CompressError(f".bmz container version {version}; this bytemodel reads version {VERSION}")
+    if version not in READS:
+        raise CompressError(f".bmz container version {version}; this bytemodel reads versions "
+                            f"{', '.join(map(str, READS))}")
     if hlen > MAX_HEADER or _FIXED + hlen > len(blob) - _TRAILER:
         raise CompressError("malformed .bmz file: bad header length")
     try:
         text = zlib.decompressobj().decompress(blob[_FIXED:_FIXED + hlen], MAX_HEADER)
         header = json.loads(text.decode("utf-8"))
-        _validate(header)
+        if version == 1 and isinstance(header, dict) and isinstance(header.get("layout"), dict):
+            header["layout"].setdefault("engine", "lockstep")    # version 1: always the lockstep engine
+        _validate(header, version)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, zlib.error) as e:
         raise CompressError(f"malformed .bmz header ({e})") from None
     payload = blob[_FIXED + hlen:-_TRAILER]
@@ -439,9 +478,9 @@ def _int(d, k, lo=0):
     return v
 
 
-def _validate(h: dict) -> None:
-    if h.get("format") != FORMAT:
-        raise ValueError("not a bytemodel compressed file")
+def _validate(h: dict, version: int = VERSION) -> None:
+    if h.get("format") != FORMAT or h.get("version") != version:
+        raise ValueError("not a bytemodel compressed file of this version")
     for k in ("weights_sha256", "tokenizer_sha256", "name"):
         if not isinstance(h["checkpoint"][k], str):
             raise ValueError(f"checkpoint {k} missing")
@@ -452,8 +491,11 @@ def _validate(h: dict) -> None:
         raise ValueError("original sha256 missing")
     lay = h["layout"]
     n, S, W, ln = _int(lay, "tokens"), _int(lay, "streams"), _int(lay, "window", 2), _int(lay, "lane", 1)
-    if (n > 0) != (S > 0) or S > n or W % 2 or lay.get("reread") != W // 2:
+    if (n > 0) != (S > 0) or S > n or W % 2:
         raise ValueError("inconsistent stream layout")
+    engine, rr = lay["engine"], _int(lay, "reread")
+    if engine not in ENGINES or (engine == "lockstep" and rr != W // 2) or (engine == "cpu" and rr >= W):
+        raise ValueError(f"unknown engine or re-read policy ({engine!r}, re-read {rr} of window {W})")
     c = h["coder"]
     if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
         raise ValueError("unknown coder settings")
