@@ -79,11 +79,11 @@ def model(args, head: bytes, work: Path):
     return bytemodel.load(run, device=args.device, precision=args.precision)
 
 
-def measure(lm, data: bytes, window, streams, rounds: int) -> dict:
+def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=None) -> dict:
     enc, dec, cpu_enc, cpu_dec, blob = [], [], [], [], b""
     for _ in range(rounds):
         t, c = time.perf_counter(), time.process_time()
-        blob = lm.compress(data, window=window, streams=streams)   # timed without stats (their float64 host pass)
+        blob = lm.compress(data, window=window, streams=streams, reread=reread, engine=engine)   # timed without stats (their float64 host pass)
         enc.append(time.perf_counter() - t)
         cpu_enc.append(time.process_time() - c)
         t, c = time.perf_counter(), time.process_time()
@@ -92,11 +92,12 @@ def measure(lm, data: bytes, window, streams, rounds: int) -> dict:
         cpu_dec.append(time.process_time() - c)
         assert back == data, "round trip failed"
     stats = {}
-    assert lm.compress(data, window=window, streams=streams, stats=stats) == blob, "compress is not deterministic"
+    assert lm.compress(data, window=window, streams=streams, reread=reread, engine=engine, stats=stats) == blob, "compress is not deterministic"
     from bytemodel.compress import read
     header, _ = read(blob)
     n = len(data)
     return {"window": header["layout"]["window"], "streams": header["layout"]["streams"],
+            "engine": header["layout"].get("engine", "lockstep"), "reread": header["layout"]["reread"],
             "lane": header["layout"]["lane"], "bytes": n,
             "compress_KBps": n / statistics.median(enc) / 1e3, "decompress_KBps": n / statistics.median(dec) / 1e3,
             # KB per CPU-second (all threads): what the work costs, whatever else shares the machine
@@ -105,6 +106,13 @@ def measure(lm, data: bytes, window, streams, rounds: int) -> dict:
             "bmz_bytes": len(blob), "bmz_bpb": 8 * len(blob) / n, "model_bpb": stats["model_bits"] / n,
             "payload_over_model": stats["payload_bits"] / stats["model_bits"] - 1,
             "header_bytes": len(blob) - stats["payload_bits"] // 8}
+
+
+def _config(text: str) -> tuple:
+    """'WINDOW:STREAMS[:REREAD[:ENGINE]]' -> (window, streams, reread, engine), None for 0 / absent."""
+    parts = text.split(":") + ["0", "0", "0"]
+    w, s, rr = (int(v) or None for v in parts[:3])
+    return w, s, rr, (parts[3] if parts[3] != "0" else None)
 
 
 def baselines(data: bytes) -> dict:
@@ -132,7 +140,9 @@ def main() -> None:
     ap.add_argument("--train-bytes", type=int, default=800_000)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--bytes", type=int, default=100_000, help="size of the measured slice")
-    ap.add_argument("--configs", default="", help="comma-separated WINDOW:STREAMS pairs (0: the default), "
+    ap.add_argument("--configs", default="", help="comma-separated WINDOW:STREAMS[:REREAD[:ENGINE]] (0 or absent: "
+                    "the default; on the CPU REREAD 0 slides the window, K re-reads K tokens; ENGINE cpu or "
+                    "lockstep), "
                     "e.g. 1024:1024,128:4096 (default: one, both chosen by bytemodel)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the results here")
@@ -140,22 +150,22 @@ def main() -> None:
     head, data = load_data(args.train_bytes, args.bytes, args.reader, args.file)
     with tempfile.TemporaryDirectory() as tmp:
         lm = model(args, head, Path(tmp))
-        configs = [tuple(int(v) or None for v in c.split(":")) for c in args.configs.split(",") if c] or [(None, None)]
+        configs = [_config(c) for c in args.configs.split(",") if c] or [(None, None, None, None)]
         base = baselines(data)
         rows = []
-        for w, s in configs:
-            lm.decompress(lm.compress(data[:4096], window=w, streams=s))   # warm-up: kernels compiled, caches made
-            r = measure(lm, data, w, s, args.rounds)
+        for w, s, rr, eng in configs:
+            lm.decompress(lm.compress(data[:4096], window=w, streams=s, reread=rr, engine=eng))   # warm-up
+            r = measure(lm, data, w, s, args.rounds, rr, eng)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
     from bytemodel.compress import backend_info
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{args.checkpoint or args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
-    print("| window | streams | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte | "
+    print("| engine | window | re-read | streams | lane | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte | "
           "model cross-entropy | xz -9e | zstd -19 | .bmz / xz | .bmz / zstd |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['window']} | {r['streams']} | {r['compress_KBps']:.1f} | {r['decompress_KBps']:.1f} | "
+        print(f"| {r['engine']} | {r['window']} | {r['reread'] or 'slide'} | {r['streams']} | {r['lane']} | {r['compress_KBps']:.1f} | {r['decompress_KBps']:.1f} | "
               f"{r['compress_KB_per_cpu_s']:.1f} / {r['decompress_KB_per_cpu_s']:.1f} | "
               f"{r['bmz_bpb']:.3f} | {r['model_bpb']:.3f} | {base['xz -9e']['bpb']:.3f} | "
               f"{base['zstd -19']['bpb']:.3f} | {r['bmz_bytes'] / base['xz -9e']['bytes']:.3f} | "

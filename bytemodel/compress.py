@@ -9,23 +9,32 @@ and the container are ours.
 
 Stream layout. The file's bytes are tokenized (the checkpoint's tokenizer) into n tokens, cut into
 S contiguous streams of n // S or n // S + 1 tokens (the longer ones first). Each stream is coded
-as a new document: its context starts with <doc>, and its window slides as in generation (see
-bytemodel/lockstep.py: at most `window` tokens; when full, the newest window/2 are re-read). The
-streams advance in lockstep, one token each per step, in lanes of `lane` streams: each lane is one
-batched KV cache, and a step is one (lane, 1) forward pass per lane. Lanes run on separate threads
-on the CPU (by default one lane per core, at most 64 streams each); on the GPU one lane holds
-every stream. The streams are also split into `coders`
+as a new document: its context starts with <doc>, and it sees at most `window` tokens of its own
+past. The streams advance in lockstep, one token each per step, in lanes of `lane` streams: each
+lane is one batched KV cache, and a step is one (lane, 1) forward pass per lane. Two engines
+compute the steps (the header names the one used):
+  - "cpu" (the CPU's default; bytemodel/cpu_lockstep.py): a step specialised for (lane, 1) in
+    NumPy. By default the window slides (`reread` 0: the cache is a ring of the last `window`
+    tokens, default CPU_WINDOW); reread k > 0 instead re-reads the newest k tokens from position
+    0 when the cache is full. Lanes run on threads, by default one per core, of at most
+    CPU_MAX_LANE streams.
+  - "lockstep" (every backend; bytemodel/lockstep.py): the model's own cached forward pass with
+    generation's policy (when full, the newest window/2 are re-read); on a GPU one lane holds
+    every stream.
+The streams are also split into `coders`
 contiguous groups, each with its own range coder (threads: the coder is the serial part on a
 GPU), which takes its streams' symbols in step order, and within a step in stream order; the
 payload is the coders' outputs one after the other (their lengths are in the header).
 
 Probabilities. The logits of the tokenizer's byte and merge ids (the <doc> id never occurs inside
-a stream, so it is left out) become integer frequencies that sum to 2^24, each at least 1
-(`quantise`): softmax in float64, floor(p * (2^24 - A)) + 1, and the rounding remainder added to
-the likeliest symbol. The coder sees only these integers (as float32, exact below 2^24).
+a stream, so it is left out) become integer frequencies that sum to 2^24, each at least 1: the
+lockstep engine's `quantise` takes the softmax in float64, floor(p * (2^24 - A)) + 1, and adds the
+rounding remainder to the likeliest symbol; the cpu engine's cpu_lockstep.Quantiser does the same
+in float32 (the sum and the remainder exact in float64). The coder sees only these integers (as
+float32, exact below 2^24).
 
-Determinism. Compressor and decompressor run the very same function (`_drive`): the same lanes,
-the same (lane, 1) and (lane, window/2) forward passes, the same quantisation; only what happens
+Determinism. Compressor and decompressor run the very same function (`_drive`): the same engine,
+lanes, forward passes and quantisation; only what happens
 to the frequencies differs (encode the known token, or decode the next one). Lanes do not share
 data, BLAS is held to one thread inside a lane, and threads only decide which lane runs where, so
 the thread count does not change a bit. The backend (device, precision, and the numerical
@@ -34,7 +43,8 @@ GPU file on the GPU (they compute in different precisions, so their logits diffe
 
 Container (.bmz):
     8 bytes   magic b"\\x89BMZ\\r\\n\\x1a\\n"
-    2 bytes   container version (little-endian)
+    2 bytes   container version (little-endian): 2; version 1 files (no engine in the layout:
+              the lockstep engine, re-read window/2) still decode
     4 bytes   header length H (little-endian)
     H bytes   header: zlib-compressed UTF-8 JSON (format, checkpoint name + SHA-256 of weights and of tokenizer,
               reader spec, original length + SHA-256, stream layout, coder, backend, payload size)

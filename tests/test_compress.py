@@ -361,3 +361,60 @@ def test_gpu_round_trip(run_dir):
     blob = g.compress(data, streams=5)
     assert bmz.read(blob)[0]["backend"]["device"] == "cuda"
     assert g.decompress(blob) == data
+
+
+# ------------------------------------------------------------------------------- engines (container version 2)
+
+@pytest.mark.parametrize("engine,reread,window", [("cpu", 0, 8), ("cpu", 3, 8), ("cpu", 16, 32), ("lockstep", None, 16)])
+def test_engines_and_reread_policies_round_trip(lm, engine, reread, window):
+    data = _dna(900, seed=21)
+    blob = lm.compress(data, streams=6, lane=4, window=window, engine=engine, reread=reread)
+    lay = bmz.read(blob)[0]["layout"]
+    assert (lay["engine"], lay["reread"], lay["window"]) == (engine, window // 2 if reread is None else reread, window)
+    assert lm.decompress(blob, workers=2) == data
+
+
+def test_cpu_engine_default_layout(lm):
+    """On the CPU the default is the cpu engine with a sliding window of CPU_WINDOW (or the
+    model's context if shorter) and lanes of at most CPU_MAX_LANE streams."""
+    data = _dna(3000, seed=22)
+    lay = bmz.read(lm.compress(data, workers=2))[0]["layout"]
+    assert lay["engine"] == "cpu" and lay["reread"] == 0
+    assert lay["window"] == min(bmz.CPU_WINDOW, lm.model.cfg.context)
+    assert lay["streams"] == min(bmz.CPU_MAX_STREAMS, 3000 // (bmz.MIN_STREAM * lay["window"]))
+    assert lay["lane"] == min(bmz.CPU_MAX_LANE, -(-lay["streams"] // 2))
+
+
+def test_version_1_files_still_decode(lm):
+    """A version 1 container (no engine in its layout: the lockstep engine, re-read window/2)."""
+    data = _dna(700, seed=23)
+    blob = lm.compress(data, streams=3, engine="lockstep")
+
+    def as_v1(h):
+        h["version"] = 1
+        del h["layout"]["engine"]
+    header, payload = bmz.read(blob)
+    as_v1(header)
+    h = zlib.compress(json.dumps(header, sort_keys=True, separators=(",", ":")).encode(), 9)
+    body = bmz.MAGIC + struct.pack("<HI", 1, len(h)) + h + payload
+    import hashlib
+    v1 = body + hashlib.sha256(body).digest()
+    assert bmz.read(v1)[0]["layout"]["engine"] == "lockstep"
+    assert lm.decompress(v1) == data
+    v3 = bmz.MAGIC + struct.pack("<HI", 3, len(h)) + h + payload
+    with pytest.raises(bmz.CompressError, match="version 3"):
+        lm.decompress(v3 + hashlib.sha256(v3).digest())
+
+
+def test_engine_settings_are_validated(lm):
+    blob = lm.compress(_dna(500, seed=24), streams=2)
+    for edit in (lambda h: h["layout"].update(engine="gpu-magic"),
+                 lambda h: h["layout"].update(engine="lockstep", reread=3),     # lockstep re-reads window/2
+                 lambda h: h["layout"].update(reread=h["layout"]["window"]),    # must keep fewer than the window
+                 lambda h: h["layout"].pop("engine")):
+        with pytest.raises(bmz.CompressError, match="malformed"):
+            lm.decompress(_repack(blob, edit))
+    with pytest.raises(bytemodel.errors.ConfigError):
+        lm.compress(b"ACGT" * 50, engine="lockstep", reread=3)
+    with pytest.raises(bytemodel.errors.ConfigError):
+        lm.compress(b"ACGT" * 50, engine="warp")

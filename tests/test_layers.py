@@ -24,7 +24,8 @@ LAYERS = [
     ("model",),                                   # the transformer over the ops
     ("gradcheck", "checkpoint", "optim", "parallel", "lockstep", "speculative",
      "augment", "autoconf", "watch", "budget", "plot"),   # ... and the training loop's helpers
-    ("distributed", "hf", "lineage"),             # over ranks; the Hugging Face format; a fine-tune's parent
+    ("distributed", "hf", "lineage", "cpu_lockstep"),   # over ranks; the Hugging Face format; a fine-tune's
+                                                  # parent; the compressor's CPU engine (over lockstep)
     ("training", "generate", "compress", "evaluate"),   # what a user runs
     ("finetune", "chat"),                         # fine-tuning runs; the chat REPL's engine
     ("__init__",),                                # the public Python API

@@ -31,7 +31,10 @@ def compress(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz)."),
     streams: Optional[int] = typer.Option(None, "--streams",
                                           help="Streams coded side by side (default: from the size and device)."),
-    window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: the model's context on the CPU, at most 256 on a GPU)."),
+    window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: 32 on the "
+                                         "CPU, at most 256 on a GPU)."),
+    reread: Optional[int] = typer.Option(None, "--reread", help="CPU: 0 slides the window (default); K re-reads "
+                                         "the newest K tokens when it is full (K = window/2 as generation)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
     precision: str = typer.Option("fp16", help="On cuda: fp16, bf16 or fp32."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
@@ -54,7 +57,8 @@ def compress(
         data = regular_file(file, "input").read_bytes()
         lm = load(checkpoint, device=device, precision=precision)
         stats: dict = {}
-        blob = api_compress(lm, data, streams=streams, window=window, workers=workers or None, stats=stats)
+        blob = api_compress(lm, data, streams=streams, window=window, reread=reread, workers=workers or None,
+                            stats=stats)
         write_atomic(target, blob)
         if not quiet:
             n = max(len(data), 1)
