@@ -418,3 +418,16 @@ def test_engine_settings_are_validated(lm):
         lm.compress(b"ACGT" * 50, engine="lockstep", reread=3)
     with pytest.raises(bytemodel.errors.ConfigError):
         lm.compress(b"ACGT" * 50, engine="warp")
+
+
+def test_cli_window_and_reread(run_dir, tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_bytes(_dna(800, seed=25))
+    code, out = _cli(["compress", f, "-c", run_dir, "--window", 8, "--reread", 4, "-q"])
+    assert code == 0, out
+    lay = bmz.read((tmp_path / "x.txt.bmz").read_bytes())[0]["layout"]
+    assert (lay["window"], lay["reread"], lay["engine"]) == (8, 4, "cpu")
+    code, out = _cli(["decompress", tmp_path / "x.txt.bmz", "-c", run_dir, "-o", tmp_path / "back"])
+    assert code == 0 and (tmp_path / "back").read_bytes() == f.read_bytes()
+    code, out = _cli(["compress", f, "-c", run_dir, "--window", 8, "--reread", 8, "-o", tmp_path / "bad.bmz"])
+    assert code != 0 and _one_error_line(out) and not (tmp_path / "bad.bmz").exists()
