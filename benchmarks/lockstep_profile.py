@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--layouts", default="64:64,256:64")
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: window/2)")
+    ap.add_argument("--attention", default="decode", help="cuda: decode (attention_decode's kernel), flash "
+                    "(FlashAttention for the one-token step, as before), or both (each layout twice)")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     cfg = preset(a.preset)
@@ -45,8 +47,11 @@ def main() -> None:
     except ImportError:
         constriction = family = None
     rows = []
-    for lay in a.layouts.split(","):
+    paths = ["decode", "flash"] if a.attention == "both" else [a.attention]
+    for lay, path in [(lay, path) for lay in a.layouts.split(",") for path in paths]:
         S, W = (int(v) for v in lay.split(":"))
+        if a.device == "cuda":
+            ops.decode_attention = path == "decode"
         L = Lockstep(m, S, W)
         rng = np.random.default_rng(0)
         for _ in range(W // 2):                      # fill the cache half: the steps below see W/2..W keys
@@ -70,7 +75,7 @@ def main() -> None:
                 enc.encode(ids.astype(np.int32), family, f)
                 t_c += time.perf_counter() - t
         step = (t_push + t_q + t_c) / n
-        r = {"streams": S, "window": W, "steps": n, "push_ms": 1e3 * t_push / n, "quantise_ms": 1e3 * t_q / n,
+        r = {"streams": S, "window": W, "attention": path if a.device == "cuda" else "numpy", "steps": n, "push_ms": 1e3 * t_push / n, "quantise_ms": 1e3 * t_q / n,
              "coder_ms": 1e3 * t_c / n, "tokens_per_s": S / step, "model_only_tokens_per_s": S * n / t_push}
         rows.append(r)
         print(json.dumps(r), flush=True)

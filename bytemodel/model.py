@@ -167,7 +167,10 @@ class Model:
             kc[:, :, pos:S] = k
             vc[:, :, pos:S] = v
             k, v = kc[:, :, :S], vc[:, :, :S]
-        a, lse = o.attention_forward(q, k, v)                                  # (B, H, T, D)
+        if cache is not None and T == 1:                                       # one new token a sequence
+            a, lse = o.attention_decode(q, kc, vc, S), None                    # (B, H, 1, D)
+        else:
+            a, lse = o.attention_forward(q, k, v)                              # (B, H, T, D)
         am = o.merge_heads_forward(a)                                          # (N, H*D)
         x = o.add(x, o.matmul_forward(am, W[p + "wo"]))                        # residual
         h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)

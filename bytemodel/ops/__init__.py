@@ -19,6 +19,7 @@ OPS = (
     "qkv_rope_forward", "qkv_rope_backward",
     "merge_heads_forward", "merge_heads_backward",
     "attention_forward", "attention_backward",
+    "attention_decode",         # one query per sequence against a KV cache (generation, the compressor)
     "swiglu_forward", "swiglu_backward",
     "cross_entropy_forward", "cross_entropy_backward",
     "add",                      # the residual stream's update

@@ -58,6 +58,7 @@ FLASH_BWD = {32: (32, 128), 64: (32, 128), 128: (32, 64)}
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
+DECODE_HEAD_DIMS = (16, 32, 64, 128, 256)   # the head dims gpu/decode.cu's attention is built for
 
 def _bf16_dtype():
     try:
@@ -123,6 +124,8 @@ class CudaBackend:
             self.act_dtype = _bf16_dtype()
         self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
         self.flash = flash and precision != "fp32"
+        self.decode_attention = self.flash   # attention_decode's kernel (fp32 keeps the reference path)
+        self._positions = None               # 0, 1, 2, ... on the device: attention_decode's key counts
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
         self._beta0 = np.zeros(1, dtype=np.float32)
@@ -463,6 +466,31 @@ class CudaBackend:
                (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
                 *qs, *ks, *vs, *os_, _f32(scale_log2)), shared_mem=smem)
         return out, lse
+
+    def attention_decode(self, q, kc, vc, n):
+        """q (B, H, 1, D); kc/vc (B, K, S, D) cache buffers, keys 0..n-1 filled -> out (B, H, 1, D).
+
+        The decode kernel of gpu/decode.cu (one block of 4 warps per (sequence, head), keys read
+        as 16-byte vectors, fp32 online softmax; no split of the keys, so no atomics and the same
+        bits on every run) instead of FlashAttention, whose 64-row query tiles a step fills one
+        row of. Other shapes go through attention_forward on the first n keys.
+        """
+        B, H, T, D = q.shape
+        K, S = kc.shape[1], kc.shape[2]
+        if (not self.decode_attention or T != 1 or D not in DECODE_HEAD_DIMS or not 1 <= n <= S
+                or kc.dtype != self.act_dtype or not kc.flags.c_contiguous or not vc.flags.c_contiguous):
+            return self.attention_forward(q, kc[:, :, :n], vc[:, :, :n])[0]
+        qf = cp.ascontiguousarray(q.reshape(B * H, D) if q.flags.c_contiguous else q[:, :, 0], dtype=cp.float32)
+        qf = qf.reshape(B * H, D)
+        if self._positions is None or self._positions.size < S:
+            self._positions = cp.arange(max(S, 4096), dtype=cp.int32)
+        state = self._positions[n - 1:]      # the kernel reads state[0] + 1 keys; no copy from the host
+        att = cp.empty((B * H, D), dtype=cp.float32)
+        fn = self._fn(f"dec_attn_d{D}", "decode.cu")
+        scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+        fn((B * H, 1), (128,), (qf, kc, vc, att, att, att, state, _i32(H), _i32(K), _i32(S), _i32(S),
+                                _f32(scale_log2)))   # one split: `part` and `tickets` are not touched
+        return att.astype(self.act_dtype).reshape(B, H, 1, D)
 
     def attention_backward(self, dout, q, k, v, out, lse, block=None):
         """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).

@@ -201,6 +201,14 @@ def _sum_groups(a):
     return a[:, :, 0] if a.shape[2] == 1 else a.sum(axis=2)
 
 
+def attention_decode(q, kc, vc, n):
+    """One new query per sequence against a KV cache: q (B, H, 1, D); kc/vc (B, K, S, D) cache
+    buffers whose first n keys/values are filled (the query's own included) -> out (B, H, 1, D).
+    The same arithmetic as attention_forward over the first n keys (lse is not needed here).
+    """
+    return attention_forward(q, kc[:, :, :n], vc[:, :, :n])[0]
+
+
 def attention_forward(q, k, v, block=ATTN_BLOCK):
     """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) (natural log)."""
     B, H, T, D = q.shape
