@@ -18,9 +18,10 @@ compute the steps (the header names the one used):
     tokens, default CPU_WINDOW); reread k > 0 instead re-reads the newest k tokens from position
     0 when the cache is full. Lanes run on threads, by default one per core, of at most
     CPU_MAX_LANE streams.
-  - "lockstep" (every backend; bytemodel/lockstep.py): the model's own cached forward pass with
-    generation's policy (when full, the newest window/2 are re-read); on a GPU one lane holds
-    every stream.
+  - "lockstep" (every backend; bytemodel/lockstep.py): the model's own cached forward pass,
+    with a sliding window (`reread` 0: the cache becomes a ring once full; the default on a GPU)
+    or generation's policy (`reread` window/2: when full, the newest window/2 are re-read; the
+    only policy of version 1 files); on a GPU one lane holds every stream.
 The streams are also split into `coders`
 contiguous groups, each with its own range coder (threads: the coder is the serial part on a
 GPU), which takes its streams' symbols in step order, and within a step in stream order; the
@@ -83,6 +84,7 @@ CPU_MAX_STREAMS = 512
 CPU_WINDOW = 32              # the CPU engine's default window (sliding): the attention reads the cache, so cost grows with it
 ENGINES = ("cpu", "lockstep")  # what computes the probabilities: cpu_lockstep.CpuLockstep or lockstep.Lockstep
 GPU_MAX_STREAMS = 8192
+LOCKSTEP_REREAD = 0          # the lockstep engine's default off the CPU: slide the window (no re-read passes)
 GPU_WINDOW = 256             # default window on a GPU: half the cost per token of the full 1024 of base, 2.6%
                              # larger (benchmarks/README.md, the compressor on the H200)
 GPU_CODERS = 8               # range coders on threads on the GPU's host (the coder is the serial part)
@@ -186,7 +188,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
            want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0) -> None:
     """Advance every stream through the model, one token per stream per step.
 
-    engine "lockstep": lockstep.Lockstep on any backend (re-read window/2), frequencies by
+    engine "lockstep": lockstep.Lockstep on any backend (`reread` 0 slides, else window/2), frequencies by
     `quantise`; "cpu": cpu_lockstep.CpuLockstep (NumPy only; `reread` 0 slides the window, k > 0
     re-reads k tokens), frequencies by cpu_lockstep.Quantiser.
 
@@ -213,7 +215,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                     for i, (a, b) in enumerate(bounds)]
         quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds]
     else:
-        steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights) for i, (a, b) in enumerate(bounds)]
+        steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights, slide=reread == 0)
+                    for i, (a, b) in enumerate(bounds)]
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
@@ -280,9 +283,10 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
     the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
-    cpu_lockstep.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread (cpu
-    engine only): 0 slides the window (default), k > 0 re-reads the newest k tokens when the
-    window is full (the lockstep engine always re-reads window/2). coders: independent range
+    cpu_lockstep.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread: 0 slides
+    the window (the default but for the lockstep engine on the CPU), k > 0 re-reads the newest k
+    tokens when the window is full (the lockstep engine: only k = window/2, its default on the
+    CPU). coders: independent range
     coders, each taking a contiguous group of streams, run on threads (default: 1 on the CPU, where
     the lanes use the cores, up to GPU_CODERS on the GPU). workers: CPU threads for the lanes.
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
@@ -299,9 +303,10 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     W = (min(CPU_WINDOW, ctx) if engine == "cpu" else default_window(ctx, device)) if window is None else int(window)
     check_window(W, ctx)
     if engine == "lockstep":
-        if reread not in (None, W // 2):
-            raise ConfigError(f"the lockstep engine re-reads window/2 = {W // 2} tokens, not {reread}")
-        rr = W // 2
+        rr = (W // 2 if device == "cpu" else LOCKSTEP_REREAD) if reread is None else int(reread)
+        if rr not in (0, W // 2):
+            raise ConfigError(f"the lockstep engine slides (re-read 0) or re-reads window/2 = {W // 2} tokens, "
+                              f"not {reread}")
     else:
         rr = 0 if reread is None else int(reread)
         if rr:
@@ -504,7 +509,7 @@ def _validate(h: dict, version: int = VERSION) -> None:
     if (n > 0) != (S > 0) or S > n or W % 2:
         raise ValueError("inconsistent stream layout")
     engine, rr = lay["engine"], _int(lay, "reread")
-    if engine not in ENGINES or (engine == "lockstep" and rr != W // 2) or (engine == "cpu" and rr >= W):
+    if engine not in ENGINES or (engine == "lockstep" and rr not in (0, W // 2)) or (engine == "cpu" and rr >= W):
         raise ValueError(f"unknown engine or re-read policy ({engine!r}, re-read {rr} of window {W})")
     c = h["coder"]
     if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":

@@ -14,6 +14,10 @@ finds it full, the most recent window/2 tokens of every stream, the pushed one i
 re-read into the cache from position 0 (one (B, window/2) forward pass), and the streams go on
 from there. So a token is always predicted from between window/2 and window tokens of its own
 stream's past (fewer only at the start), in windows like those the model was trained on.
+With slide=True the window slides instead: once full, the cache is a ring (Model.block) and
+every token is predicted from the `window` - 1 tokens before it, with no re-read; positions keep
+counting past the context, which RoPE allows because a score depends only on the distance
+between query and key (at most window - 1, as in training).
 
 Determinism: what a push computes depends only on the pushed tokens, the weights, the backend and
 the shapes (B, window), never on the data of other calls or on the wall clock. Two Lockstep
@@ -39,12 +43,12 @@ def check_window(window: int, context: int) -> None:
 class Lockstep:
     """B streams in lockstep over one (B, K, W, D) KV cache per layer."""
 
-    def __init__(self, model: Model, batch: int, window: int | None = None, weights=None):
+    def __init__(self, model: Model, batch: int, window: int | None = None, weights=None, slide: bool = False):
         W = model.cfg.context if window is None else int(window)
         check_window(W, model.cfg.context)
         if batch < 1:
             raise ConfigError(f"need at least one stream, got {batch}")
-        self.model, self.B, self.W = model, int(batch), W
+        self.model, self.B, self.W, self.slide = model, int(batch), W, bool(slide)
         self.cache = model.new_cache(self.B, W)
         self.weights = model.weights() if weights is None else weights
         self.recent = np.zeros((self.B, W), dtype=np.int64)   # the tokens in the cache, by position
@@ -71,6 +75,10 @@ class Lockstep:
         """ids (B,) ints -> logits (B, V) on the backend's device, predicting each stream's next token."""
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
         m, o, W = self.model, self.model.ops, self.W
+        if self.slide and self.pos >= W:   # a ring: the new token's key replaces the oldest (Model.block)
+            logits = m.forward_cached(o.asarray(ids[:, None]), self.cache, self.pos, self.weights)  # (B, 1, V)
+            self.pos += 1
+            return logits[:, -1]
         if self.pos == W:  # full: re-read the newest W/2 tokens (the pushed one last) from position 0
             keep = W // 2
             self.recent[:, :keep - 1] = self.recent[:, W - keep + 1:]

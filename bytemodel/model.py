@@ -153,7 +153,11 @@ class Model:
 
         The one block both passes run: training (cache None; `saved` is what backward needs) and
         generation (cache = this layer's (keys, values) buffers (B, K, S_max, D): the new keys and
-        values are written at pos..pos+T-1 and the queries attend to all keys 0..pos+T-1).
+        values are written at pos..pos+T-1 and the queries attend to all keys 0..pos+T-1). One
+        token (T = 1) at pos >= S_max treats the buffers as a ring: its key and value go to slot
+        pos % S_max, over the one S_max positions back, and it attends to all S_max slots (a
+        sliding window; RoPE's scores depend only on relative positions, and keys keep the
+        rotation of their own absolute position, so no key moves).
         """
         o, cfg = self.ops, self.cfg
         H, K = cfg.n_heads, cfg.n_kv_heads
@@ -163,9 +167,14 @@ class Model:
         q, k, v = o.qkv_rope_forward(qkv, cos, sin, B, T, H, K)                # (B, H|K, T, D)
         if cache is not None:                                                  # keys 0..S-1
             kc, vc = cache
-            S = pos + T
-            kc[:, :, pos:S] = k
-            vc[:, :, pos:S] = v
+            if T == 1 and pos >= kc.shape[2]:   # a full cache is a ring: the new key replaces the oldest
+                r, S = pos % kc.shape[2], kc.shape[2]
+                kc[:, :, r:r + 1] = k
+                vc[:, :, r:r + 1] = v
+            else:
+                S = pos + T
+                kc[:, :, pos:S] = k
+                vc[:, :, pos:S] = v
             k, v = kc[:, :, :S], vc[:, :, :S]
         if cache is not None and T == 1:                                       # one new token a sequence
             a, lse = o.attention_decode(q, kc, vc, S), None                    # (B, H, 1, D)

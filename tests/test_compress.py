@@ -334,6 +334,7 @@ def test_device_path_through_a_standin_backend(run_dir, lm):
     header = bmz.read(blob)[0]
     assert header["backend"] == {"device": "standin", "precision": "fp32"}
     assert header["layout"]["lane"] == header["layout"]["streams"] > 1          # one lane holds them all
+    assert (header["layout"]["engine"], header["layout"]["reread"]) == ("lockstep", bmz.LOCKSTEP_REREAD)
     assert len(header["coder"]["group_words"]) == min(bmz.GPU_CODERS, header["layout"]["streams"],
                                                       len(os.sched_getaffinity(0)))
     assert g.decompress(blob) == data
@@ -365,7 +366,8 @@ def test_gpu_round_trip(run_dir):
 
 # ------------------------------------------------------------------------------- engines (container version 2)
 
-@pytest.mark.parametrize("engine,reread,window", [("cpu", 0, 8), ("cpu", 3, 8), ("cpu", 16, 32), ("lockstep", None, 16)])
+@pytest.mark.parametrize("engine,reread,window", [("cpu", 0, 8), ("cpu", 3, 8), ("cpu", 16, 32), ("lockstep", None, 16),
+                                                   ("lockstep", 0, 8), ("lockstep", 4, 8)])
 def test_engines_and_reread_policies_round_trip(lm, engine, reread, window):
     data = _dna(900, seed=21)
     blob = lm.compress(data, streams=6, lane=4, window=window, engine=engine, reread=reread)

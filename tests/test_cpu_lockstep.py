@@ -154,3 +154,25 @@ def test_bad_settings_are_refused():
         CpuLockstep(m, 2, 7)                     # odd window
     with pytest.raises(ConfigError):
         CpuLockstep(m, 0, 8)
+
+
+@pytest.mark.parametrize("kv", [0, 2])
+def test_lockstep_slide_matches_the_cpu_engine_and_a_fresh_window(kv):
+    """lockstep.Lockstep(slide=True), the GPU's default policy, through Model.block's ring cache:
+    the same logits as the CPU engine's sliding window (checked above against a reference built
+    from Model.block on time-ordered caches), also past the model's context (positions keep
+    counting; RoPE's scores depend only on distances). Not the same as re-reading: a re-read
+    recomputes the kept keys from a shorter past, a ring keeps the keys as first computed."""
+    m = _model(kv)
+    B, W = 3, 6
+    ring, engine, reread = Lockstep(m, B, W, slide=True), CpuLockstep(m, B, W), Lockstep(m, B, W)
+    rng = np.random.default_rng(8)
+    seq = rng.integers(0, 257, (B, 4 * W))
+    apart = 0.0
+    for p in range(seq.shape[1]):
+        got = ring.push(seq[:, p])
+        assert np.abs(got - engine.push(seq[:, p])).max() < TOL, p
+        apart = max(apart, float(np.abs(got - reread.push(seq[:, p])).max()))
+    assert ring.pos == 4 * W > m.cfg.context
+    assert apart > 100 * TOL                          # the policy did change what is computed
+    assert np.abs(got).max() > 0.1

@@ -33,8 +33,8 @@ def compress(
                                           help="Streams coded side by side (default: from the size and device)."),
     window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: 32 on the "
                                          "CPU, at most 256 on a GPU)."),
-    reread: Optional[int] = typer.Option(None, "--reread", help="CPU: 0 slides the window (default); K re-reads "
-                                         "the newest K tokens when it is full (K = window/2 as generation)."),
+    reread: Optional[int] = typer.Option(None, "--reread", help="0 slides the window (the default); K re-reads "
+                                         "the newest K tokens when it is full (on a GPU: 0 or K = window/2, as generation)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
     precision: str = typer.Option("fp16", help="On cuda: fp16, bf16 or fp32."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
