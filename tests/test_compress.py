@@ -376,6 +376,17 @@ def test_engines_and_reread_policies_round_trip(lm, engine, reread, window):
     assert lm.decompress(blob, workers=2) == data
 
 
+def test_lockstep_slide_is_what_codes_the_file(lm):
+    """reread 0 on the lockstep engine codes with the sliding window (a ring cache), not the
+    re-read policy: the two give different probabilities, so different payloads, and each
+    decodes back."""
+    data = _dna(900, seed=26)                         # streams of ~150 tokens, windows of 8
+    slide = lm.compress(data, streams=6, window=8, engine="lockstep", reread=0)
+    reread = lm.compress(data, streams=6, window=8, engine="lockstep", reread=4)
+    assert bmz.read(slide)[1] != bmz.read(reread)[1]
+    assert lm.decompress(slide) == lm.decompress(reread) == data
+
+
 def test_cpu_engine_default_layout(lm):
     """On the CPU the default is the cpu engine with a sliding window of CPU_WINDOW (or the
     model's context if shorter) and lanes of at most CPU_MAX_LANE streams."""
