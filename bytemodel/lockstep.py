@@ -75,11 +75,7 @@ class Lockstep:
         """ids (B,) ints -> logits (B, V) on the backend's device, predicting each stream's next token."""
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
         m, o, W = self.model, self.model.ops, self.W
-        if self.slide and self.pos >= W:   # a ring: the new token's key replaces the oldest (Model.block)
-            logits = m.forward_cached(o.asarray(ids[:, None]), self.cache, self.pos, self.weights)  # (B, 1, V)
-            self.pos += 1
-            return logits[:, -1]
-        if self.pos == W:  # full: re-read the newest W/2 tokens (the pushed one last) from position 0
+        if self.pos == W and not self.slide:  # full: re-read the newest W/2 tokens (the pushed one last) from 0
             keep = W // 2
             self.recent[:, :keep - 1] = self.recent[:, W - keep + 1:]
             self.recent[:, keep - 1] = ids
@@ -87,7 +83,8 @@ class Lockstep:
             logits = m.forward_cached(o.asarray(x), self.cache, 0, self.weights)     # (B, W/2, V)
             self.pos = keep
             return logits[:, -1]
-        self.recent[:, self.pos] = ids
+        if self.pos < W:                      # (sliding past W: the cache is a ring, see Model.block)
+            self.recent[:, self.pos] = ids
         logits = m.forward_cached(o.asarray(ids[:, None]), self.cache, self.pos, self.weights)  # (B, 1, V)
         self.pos += 1
         return logits[:, -1]

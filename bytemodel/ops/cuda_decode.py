@@ -20,7 +20,7 @@ import math
 import numpy as np
 import cupy as cp
 
-from .cuda_ops import _module
+from .cuda_ops import _module, _scale_log2
 
 GRAPH_MAX_BATCH = 16           # above this the per-step host cost is spread over many sequences
 GRAPH_STEPS = 1                # steps captured per graph (a launch replays this many)
@@ -141,7 +141,7 @@ class Decoder:
             need = max(self.smem.values())
             if need > 48 * 1024 and fn.max_dynamic_shared_size_bytes < need:
                 fn.max_dynamic_shared_size_bytes = need
-        self.scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+        self.scale_log2 = _scale_log2(D)
 
     def _launch_model(self):
         """Feed sampler.ids through the model at state[0]: logits, then pos += 1, t += 1."""

@@ -60,6 +60,11 @@ FLASH_BWD = {32: (32, 128), 64: (32, 128), 128: (32, 64)}
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
 DECODE_HEAD_DIMS = (16, 32, 64, 128, 256)   # the head dims gpu/decode.cu's attention is built for
 
+
+def _scale_log2(D: int) -> float:
+    """Attention's 1/sqrt(D) times log2(e): the kernels take scores in base 2 (exp2f)."""
+    return (1.0 / math.sqrt(D)) * 1.4426950408889634
+
 def _bf16_dtype():
     try:
         import ml_dtypes
@@ -458,7 +463,7 @@ class CudaBackend:
         smem = (BM * SD + 4 * BN * SD) * 2
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+        scale_log2 = _scale_log2(D)
         nb = max(1, GRID_Y_MAX // H)   # grid y is (batch, head): at most 65535, so many streams go in slices
         for b0 in range(0, B, nb):
             b1 = min(B, b0 + nb)
@@ -480,14 +485,13 @@ class CudaBackend:
         if (not self.decode_attention or T != 1 or D not in DECODE_HEAD_DIMS or not 1 <= n <= S
                 or kc.dtype != self.act_dtype or not kc.flags.c_contiguous or not vc.flags.c_contiguous):
             return self.attention_forward(q, kc[:, :, :n], vc[:, :, :n])[0]
-        qf = cp.ascontiguousarray(q.reshape(B * H, D) if q.flags.c_contiguous else q[:, :, 0], dtype=cp.float32)
-        qf = qf.reshape(B * H, D)
+        qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
         if self._positions is None or self._positions.size < S:
             self._positions = cp.arange(max(S, 4096), dtype=cp.int32)
         state = self._positions[n - 1:]      # the kernel reads state[0] + 1 keys; no copy from the host
         att = cp.empty((B * H, D), dtype=cp.float32)
         fn = self._fn(f"dec_attn_d{D}", "decode.cu")
-        scale_log2 = (1.0 / math.sqrt(D)) * 1.4426950408889634
+        scale_log2 = _scale_log2(D)
         fn((B * H, 1), (128,), (qf, kc, vc, att, att, att, state, _i32(H), _i32(K), _i32(S), _i32(S),
                                 _f32(scale_log2)))   # one split: `part` and `tickets` are not touched
         return att.astype(self.act_dtype).reshape(B, H, 1, D)
