@@ -93,7 +93,7 @@ def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=N
         assert back == data, "round trip failed"
     stats = {}
     assert lm.compress(data, window=window, streams=streams, reread=reread, engine=engine, stats=stats) == blob, "compress is not deterministic"
-    from bytemodel.compress import read
+    from bytemodel.compress.driver import read
     header, _ = read(blob)
     n = len(data)
     return {"window": header["layout"]["window"], "streams": header["layout"]["streams"],
@@ -158,7 +158,7 @@ def main() -> None:
             r = measure(lm, data, w, s, args.rounds, rr, eng)
             rows.append(r)
             print(json.dumps(r), file=sys.stderr, flush=True)
-    from bytemodel.compress import backend_info
+    from bytemodel.compress.driver import backend_info
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{args.checkpoint or args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
     print("| engine | window | re-read | streams | lane | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte | "

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import bytemodel
-from bytemodel.cpu_lockstep import CpuLockstep, Folded
+from bytemodel.compress.cpu_engine import CpuLockstep, Folded
 from bytemodel.ops import numpy_ops
 from bytemodel.resources import datasets_dir
 

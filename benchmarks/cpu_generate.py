@@ -17,7 +17,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bytemodel.config import preset  # noqa: E402
-from bytemodel.generate import generate  # noqa: E402
+from bytemodel.decode.generate import generate  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
 from bytemodel.tokenizer import Tokenizer  # noqa: E402
 

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bytemodel.config import preset  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
-from bytemodel.optim import AdamW  # noqa: E402
-from bytemodel.parallel import CoreParallel  # noqa: E402
+from bytemodel.training.optim import AdamW  # noqa: E402
+from bytemodel.training.runner import CoreParallel  # noqa: E402
 
 SHAPES = {"tiny": (16, 256), "small": (8, 512)}  # (batch, context) per preset
 WARMUP = 3  # untimed steps first: allocator, oneDNN primitive creation, caches

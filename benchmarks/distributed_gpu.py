@@ -54,7 +54,7 @@ def main():
                   eval_tokens=8 * a.context, warmup=5, device=a.device, precision=a.precision)
     result = {"argv": sys.argv[1:]}
     if a.ranks_run:
-        from bytemodel import distributed
+        from bytemodel.training import distributed
         world = distributed.connect("mpi")
         t = time.perf_counter()
         r = bytemodel.train(data, tmp / "run", batch_size=a.batch * world.size, distributed="mpi", **common)

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from bytemodel.config import preset
-from bytemodel.generate import generate
+from bytemodel.decode.generate import generate
 from bytemodel.model import Model
 from bytemodel.tokenizer import Tokenizer
 

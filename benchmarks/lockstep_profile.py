@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from bytemodel.compress import quantise
+from bytemodel.compress.driver import quantise
 from bytemodel.config import preset
-from bytemodel.lockstep import Lockstep
+from bytemodel.decode.lockstep import Lockstep
 from bytemodel.model import Model
 from bytemodel.ops import get_backend
 

@@ -17,7 +17,7 @@ import time
 
 import bytemodel
 from bytemodel.readers import read_documents
-from bytemodel.speculative import SpecStats
+from bytemodel.decode.speculative import SpecStats
 
 
 def bench(run, heldout, device, n, temperature, rounds, prompt):

@@ -26,7 +26,7 @@ import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
-from .generate import _check_sampling, plain_ids
+from .decode.generate import _check_sampling, plain_ids
 
 KEEP = 0.75  # the prompt may fill this much of the context; the rest is room for the reply
 

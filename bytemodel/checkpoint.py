@@ -38,7 +38,7 @@ BEST_NAME = "best.safetensors"         # the lowest-validation weights (no optim
 
 
 def _sha(flat: np.ndarray) -> str:
-    """SHA-256 of flat fp32 weights: the weights' identity (compress.py records it in .bmz files)."""
+    """SHA-256 of flat fp32 weights: the weights' identity (compress/driver.py records it in .bmz files)."""
     return hashlib.sha256(np.ascontiguousarray(flat, dtype="<f4").tobytes()).hexdigest()
 
 

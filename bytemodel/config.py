@@ -111,11 +111,11 @@ DISTRIBUTED_MODES = ("auto", "mpi", "off")   # see distributed.connect
 @dataclass
 class TrainConfig:
     """Every training setting; stored in the checkpoint. 0 / -1 / "auto" mean: chosen by the run
-    (bytemodel/autoconf.py: per-preset lr, warmup, batch and eval_every; preset by corpus size and
+    (bytemodel/training/autoconf.py: per-preset lr, warmup, batch and eval_every; preset by corpus size and
     device; precision by GPU)."""
     source: str = ""
     out_dir: str = ""
-    preset: str = "auto"       # tiny / small / base, or auto: by corpus size and device (autoconf.py)
+    preset: str = "auto"       # tiny / small / base, or auto: by corpus size and device (training/autoconf.py)
     steps: int = 1000          # optimizer steps (with `minutes`: planned from the measured speed)
     batch_size: int = 0        # windows per step; 0: the preset's (autoconf.PRESET_TRAIN)
     context: int = 0           # 0: the preset's context
@@ -132,7 +132,7 @@ class TrainConfig:
                                # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
     patience: int = 5          # stop after this many validations without a new best; 0: never
-    minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (budget.py)
+    minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (training/budget.py)
     device: str = "cpu"
     precision: str = "auto"    # auto: fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16
     reader: str = ""           # "" = detect from the file

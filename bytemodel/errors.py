@@ -24,3 +24,7 @@ class TokenizerError(BytemodelError):
 
 class ConfigError(BytemodelError):
     """An invalid setting (flag value, config key, preset name)."""
+
+
+class CompressError(BytemodelError):
+    """A .bmz file is corrupt, foreign, or needs another checkpoint or backend."""

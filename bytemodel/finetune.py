@@ -19,7 +19,7 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     Returns a TrainResult."""
     import dataclasses
     from .config import TrainConfig
-    from .training import train as _train
+    from .training.loop import train as _train
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     bad = set(settings) - known
     bad |= {"parent", "examples", "val_source", "source", "out_dir", "preset", "model", "context"} & set(settings)
@@ -44,9 +44,9 @@ def parent_val_bpb(run_dir, device: str | None = None) -> float:
     from .model import Model
     from .ops import get_backend
     from .pairs import open_examples, score_windows
-    from .parallel import CoreParallel
+    from .training.runner import CoreParallel
     from .config import TrainConfig
-    from .training import evaluate
+    from .training.loop import evaluate
     loaded = ckpt.load(run_dir)
     tc = TrainConfig(**loaded.train["config"])
     if not tc.parent:

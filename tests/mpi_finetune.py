@@ -2,7 +2,7 @@
 `mpiexec -n 2 python tests/mpi_finetune.py PARENT PAIRS OUT`."""
 import sys
 
-from bytemodel import distributed
+from bytemodel.training import distributed
 from bytemodel.finetune import finetune
 
 parent, pairs, out = sys.argv[1:4]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import bytemodel
-from bytemodel import distributed
+from bytemodel.training import distributed
 
 out, data = Path(sys.argv[1]), sys.argv[2]
 FAST = json.loads(sys.argv[3])

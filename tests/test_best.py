@@ -70,7 +70,7 @@ def test_patience_zero_runs_to_the_end_and_resume_keeps_the_best(tmp_path, rando
 def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file, fast_settings, monkeypatch):
     """A fake clock makes every step take exactly 0.1 s: a 6 s budget, planned at step 10 (after
     1 s) from the steps 5..10, leaves about 5 s / 0.1 s = 50 more steps."""
-    from bytemodel import budget
+    from bytemodel.training import budget
 
     class Clock:
         t = 100.0
@@ -81,7 +81,7 @@ def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file
             return 1.7e9 + self.t
     clock = Clock()
     monkeypatch.setattr(budget, "time", clock)
-    monkeypatch.setattr("bytemodel.training.time", clock)     # validations take no time on it
+    monkeypatch.setattr("bytemodel.training.loop.time", clock)     # validations take no time on it
     real_mark = budget.Budget.mark
 
     def mark(self, step):
@@ -105,7 +105,7 @@ def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file
 def _overflow_from(monkeypatch, first_bad_step):
     """Fault injection: from training step `first_bad_step` on, the forward pass overflows (the
     loss and every gradient become inf/nan, as fp16 activations beyond 65504 would)."""
-    from bytemodel import parallel
+    from bytemodel.training import runner as parallel
     calls = {"n": 0}
     real = parallel.CoreParallel.loss_and_grad
 
@@ -122,7 +122,7 @@ def _overflow_from(monkeypatch, first_bad_step):
 def test_fp16_overflow_stops_with_an_error_and_keeps_the_best(tmp_path, dna_file, fast_settings, monkeypatch):
     # "fp16" on the CPU: the NumPy backend (which computes in fp32) under the fp16 loop, loss scaler on
     from bytemodel.ops import numpy_ops
-    monkeypatch.setattr("bytemodel.training.get_backend", lambda device, precision, **k: numpy_ops)
+    monkeypatch.setattr("bytemodel.training.loop.get_backend", lambda device, precision, **k: numpy_ops)
     _overflow_from(monkeypatch, 13)
     run = tmp_path / "run"
     s = {**fast_settings, "workers": 1, "precision": "fp16", "eval_every": 5}
@@ -152,7 +152,7 @@ def test_fp16_overflow_stops_with_an_error_and_keeps_the_best(tmp_path, dna_file
 
 
 def test_non_finite_validation_is_warned_and_recorded_as_null(tmp_path, dna_file, fast_settings, monkeypatch):
-    from bytemodel import training
+    from bytemodel.training import loop as training
     real = training.evaluate
     monkeypatch.setattr(training, "evaluate", lambda *a, **k: (float("nan"), float("nan"), float("nan"))
                         if k.get("with_se") else real(*a, **k))
@@ -169,7 +169,7 @@ def test_validation_standard_error_by_hand():
     from bytemodel.corpus import eval_windows
     from bytemodel.ops import numpy_ops
     from bytemodel.tokenizer import Tokenizer
-    from bytemodel.training import LN2, evaluate
+    from bytemodel.training.loop import LN2, evaluate
     fake = types.SimpleNamespace(model=types.SimpleNamespace(ops=numpy_ops),
                                  forward=lambda x, y: (y / 100.0).reshape(-1).astype(np.float32))
     tokens = np.random.default_rng(3).integers(0, 256, 1000).astype(np.uint16)
@@ -187,9 +187,9 @@ def test_validation_standard_error_by_hand():
 
 
 def test_auto_settings_rules():
-    from bytemodel.autoconf import auto_precision, auto_preset, PARAMS_PER_BYTE
-    from bytemodel.training import TrainConfig
-    from bytemodel.autoconf import resolve
+    from bytemodel.training.autoconf import auto_precision, auto_preset, PARAMS_PER_BYTE
+    from bytemodel.training.loop import TrainConfig
+    from bytemodel.training.autoconf import resolve
     assert auto_precision("cpu") == "fp32"
     assert auto_precision("cuda", (9, 0)) == "bf16" and auto_precision("cuda", (8, 0)) == "bf16"
     assert auto_precision("cuda", (7, 5)) == "fp16"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from bytemodel.config import ModelConfig
-from bytemodel.cpu_lockstep import CpuLockstep, Folded, Quantiser, log_softmax_into
+from bytemodel.compress.cpu_engine import CpuLockstep, Folded, Quantiser, log_softmax_into
 from bytemodel.errors import ConfigError
-from bytemodel.lockstep import Lockstep
+from bytemodel.decode.lockstep import Lockstep
 from bytemodel.model import Model
 from bytemodel.ops import numpy_ops
 

@@ -14,7 +14,7 @@ from bytemodel.ops import cuda_available
 pytestmark = pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a GPU")
 
 from bytemodel.config import ModelConfig  # noqa: E402
-from bytemodel.generate import generate, sample_next  # noqa: E402
+from bytemodel.decode.generate import generate, sample_next  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
 from bytemodel.tokenizer import Tokenizer  # noqa: E402
 

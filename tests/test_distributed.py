@@ -1,4 +1,4 @@
-"""Data parallel over MPI ranks (bytemodel.distributed).
+"""Data parallel over MPI ranks (bytemodel.training.distributed).
 
 The MPI tests start real jobs with `mpiexec -n 2` on this machine's CPU (the `[mpi]` extra's
 mpi4py + MPICH, or a system MPI) and skip cleanly where mpi4py or mpiexec is missing.
@@ -24,7 +24,7 @@ import pytest
 
 import bytemodel
 from bytemodel import checkpoint as ck
-from bytemodel import distributed
+from bytemodel.training import distributed
 from bytemodel.corpus import sample_batch
 from bytemodel.errors import ConfigError
 

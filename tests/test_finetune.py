@@ -14,7 +14,7 @@ from bytemodel.gradcheck import BOUND, check_tensors, tiny_config
 from bytemodel.model import Model, views
 from bytemodel.ops import numpy_ops as op
 from bytemodel.pairs import ExampleCorpus, encode_example, read_examples, stream_of
-from bytemodel.parallel import CoreParallel
+from bytemodel.training.runner import CoreParallel
 from bytemodel.tokenizer import Tokenizer
 
 from test_ops import close, numgrad

@@ -4,7 +4,7 @@ import pytest
 
 import bytemodel
 from bytemodel.errors import ConfigError
-from bytemodel.generate import sample_next
+from bytemodel.decode.generate import sample_next
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_score_counts_every_byte_once(lm):
 def test_stop_at_document_end(lm, monkeypatch):
     """With the sampler forced to end the document after four bytes, generation stops there when
     asked (--one-document) and otherwise goes on: <doc> itself gives no bytes."""
-    import bytemodel.generate as g
+    import bytemodel.decode.generate as g
     calls = []
 
     def fake(logits, rng, *a, **k):
@@ -105,7 +105,7 @@ def test_sample_next_is_one_uniform_and_the_cdf():
 def test_pcg64_arithmetic_of_the_gpu_sampler():
     """gpu/decode.cu advances each stream's PCG64 state with 64-bit halves (hi, lo); the same
     arithmetic written here in Python gives NumPy's Generator.random() doubles."""
-    from bytemodel.generate import rng_states
+    from bytemodel.decode.generate import rng_states
     M64 = (1 << 64) - 1
     MH, ML = 2549297995355413924, 4865540595714422341
     for seed in (0, 1, 12345):

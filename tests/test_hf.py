@@ -435,7 +435,7 @@ def test_transformers_logits_and_greedy_generation_match(tmp_path, hf_libs, case
     assert np.abs(ours).max() > 1.0                             # logits of a size where errors show
     np.testing.assert_allclose(theirs, ours, rtol=0, atol=ATOL)
     # greedy generation within the context: the same bytes
-    from bytemodel.generate import generate
+    from bytemodel.decode.generate import generate
     prompt = bytes(rng.integers(0, 256, 9, dtype=np.uint8))
     n_new = 40
     start = [tok.doc_id] + [int(i) for i in tok.encode(prompt)]

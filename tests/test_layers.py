@@ -22,17 +22,16 @@ LAYERS = [
     ("ops",),                                     # the op table and its backends (the device)
     ("mtp",),                                     # multi-token heads
     ("model",),                                   # the transformer over the ops
-    ("gradcheck", "checkpoint", "optim", "parallel", "lockstep", "speculative",
-     "augment", "autoconf", "watch", "budget", "plot"),   # ... and the training loop's helpers
-    ("distributed", "hf", "lineage", "cpu_lockstep"),   # over ranks; the Hugging Face format; a fine-tune's
-                                                  # parent; the compressor's CPU engine (over lockstep)
-    ("training", "generate", "compress", "evaluate"),   # what a user runs
+    ("gradcheck", "checkpoint", "plot"),          # finite differences; the file format; loss.png
+    ("hf", "lineage"),                            # the Hugging Face format; a fine-tune's parent
+    ("training", "decode"),                       # the wings: training; sampling, scoring, lockstep
+    ("compress",),                                # the wing over decode (and train's optimizer)
     ("finetune", "chat"),                         # fine-tuning runs; the chat REPL's engine
     ("__init__",),                                # the public Python API
     ("cli",),                                     # the command, over the API
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-PACKAGES = ("readers", "tokenizer", "ops", "hf", "cli")
+PACKAGES = ("readers", "tokenizer", "ops", "hf", "cli", "training", "decode", "compress")
 
 
 def component(module: str) -> str:

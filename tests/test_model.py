@@ -82,7 +82,7 @@ def test_kv_cache_matches_full_forward():
 
 def test_core_parallel_matches_serial():
     """Batch slices on threads give the same losses and (to float32 rounding) the same gradients."""
-    from bytemodel.parallel import CoreParallel
+    from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(context=16)
     m = Model(cfg)
     m.init_weights(0)

@@ -13,13 +13,13 @@ from itertools import product
 import numpy as np
 import pytest
 
-from bytemodel import speculative
+from bytemodel.decode import speculative
 from bytemodel.config import ModelConfig
-from bytemodel.generate import plain_ids
+from bytemodel.decode.generate import plain_ids
 from bytemodel.gradcheck import BOUND, check_model, tiny_config
 from bytemodel.model import Model, layout
 from bytemodel.mtp import shifted_targets
-from bytemodel.speculative import SpecStats, speculative_ids
+from bytemodel.decode.speculative import SpecStats, speculative_ids
 
 
 @pytest.mark.parametrize("overrides", [
@@ -184,7 +184,7 @@ def test_speculative_on_a_model_without_heads_is_one_error_line(tmp_path, monkey
 
 def test_data_parallel_workers_agree_with_heads():
     """Thread replicas (parallel.py) split the batch; the heads' gradients must sum the same."""
-    from bytemodel.parallel import CoreParallel
+    from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(mtp=3, vocab_size=13, context=8)
     m = Model(cfg)
     m.init_weights(3)

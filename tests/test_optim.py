@@ -5,7 +5,7 @@ import numpy as np
 
 from bytemodel.config import ModelConfig
 from bytemodel.model import Model
-from bytemodel.optim import AdamW, LossScaler, lr_at
+from bytemodel.training.optim import AdamW, LossScaler, lr_at
 from bytemodel.ops import numpy_ops
 
 

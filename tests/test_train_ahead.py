@@ -10,7 +10,7 @@ from bytemodel.config import preset
 from bytemodel.corpus import open_corpus, sample_batch
 from bytemodel.model import Model
 from bytemodel.ops import numpy_ops
-from bytemodel.optim import AdamW, lr_at
+from bytemodel.training.optim import AdamW, lr_at
 
 
 def plain_loop(run_dir, tc, steps):

@@ -199,7 +199,7 @@ def generate(
         data_prompt = _read_prompt(prompt) if prompt_file is None else _decode_prompt(prompt_file, run_reader)
         stats, t0 = None, time.perf_counter()
         if speculative:
-            from ..speculative import SpecStats
+            from ..decode.speculative import SpecStats
             stats = SpecStats()
 
         def report(n):

@@ -50,7 +50,7 @@ def compress(
     """
     from .. import load
     from ..atomic import write_atomic
-    from ..compress import compress as api_compress
+    from ..compress.driver import compress as api_compress
     with user_errors():
         target = out or file.with_name(file.name + SUFFIX)
         _check_out(target, force)
@@ -85,7 +85,7 @@ def decompress(
     """
     from .. import load, latest_run
     from ..atomic import write_atomic
-    from ..compress import decompress as api_decompress, read
+    from ..compress.driver import decompress as api_decompress, read
     with user_errors():
         if out is None:
             if file.suffix != SUFFIX:
@@ -116,7 +116,7 @@ def eval_files(
     Example: bytemodel eval held_out.fa other.fa -c runs/genome-1
     """
     from .. import load
-    from ..evaluate import evaluate, table
+    from ..compress.evaluate import evaluate, table
     with user_errors():
         for f in files:
             regular_file(f, "input")

@@ -5,7 +5,7 @@ logits) is a fixed sequence of launches that reads the cache position from devic
 is captured once as a CUDA graph and replayed; the host reads nothing between steps. Sampling
 (temperature, top-k, top-p) runs on the device with the CPU's seed semantics: sequence i draws
 from the PCG64 stream of np.random.default_rng(seed + i), one double per sampled token, as
-Generator.choice does on the CPU (see generate.py).
+Generator.choice does on the CPU (see decode/generate.py).
 
 Products are warp-per-output dot products over transposed weight copies (made once per Decoder);
 no cuBLAS, so nothing stops the capture. Batches above GRAPH_MAX_BATCH use the backend's own
@@ -71,7 +71,7 @@ class Sampler:
 class Decoder:
     """Decoding state for B sequences of one model: transposed weights, KV cache, buffers, graph.
 
-    Usage (the driver is bytemodel.generate): load logits into `logits` (B, V) and the position
+    Usage (the driver is bytemodel.decode.generate): load logits into `logits` (B, V) and the position
     into `state[0]`, then `step()` any number of times (each samples one token per sequence into
     out[:, state[1]] and advances the model by it), reading `sampler.out` when needed.
     """

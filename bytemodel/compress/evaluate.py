@@ -7,7 +7,7 @@ Each file is measured twice where the two differ:
 - the run's reader's view: the documents the run's reader decodes from the file (a FASTA file's
   bases without headers and line breaks, an image's pixels), as the model was trained. The model
   scores each document from its start (<doc>); the compressors get the documents joined.
-The model's figure is its cross-entropy (bytemodel.generate.score: windows of its context that
+The model's figure is its cross-entropy (bytemodel.decode.generate.score: windows of its context that
 overlap by half), the size an ideal coder would reach; `bytemodel compress` comes within a few
 bytes of it plus its header (see benchmarks/README.md). The compressors are run in-process at
 their strongest usual settings: gzip -9 (zlib, no file name in the header), bzip2 -9, xz -9e
@@ -50,7 +50,7 @@ def _bpb(bits, n):
 
 def evaluate(lm, files, reader: str = "") -> dict:
     """Rows per file (as-is, and the reader's view where it differs) and totals per view."""
-    from .readers import read_documents
+    from ..readers import read_documents
     rows = []
     for f in files:
         p = Path(f)
@@ -58,7 +58,7 @@ def evaluate(lm, files, reader: str = "") -> dict:
         rows.append(_row(str(f), "as-is", [raw], lm))
         docs = list(read_documents(p, reader or None))
         if b"".join(docs) != raw or len(docs) > 1:
-            from .readers import detect, get_reader
+            from ..readers import detect, get_reader
             r = get_reader(reader) if reader else detect(p)
             rows.append(_row(str(f), r.spec, docs, lm))
         else:

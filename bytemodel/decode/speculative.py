@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
-from .sampling import sampling_probs
+from ..errors import ConfigError
+from ..sampling import sampling_probs
 
 
 @dataclass

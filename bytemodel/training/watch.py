@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .errors import BytemodelError
+from ..errors import BytemodelError
 
 OVERFLOW_STEPS = 8   # non-finite steps in a row at the lowest loss scale before giving up
 
@@ -111,7 +111,7 @@ class Watch:
     @classmethod
     def from_state(cls, d: dict | None, patience: int) -> "Watch":
         """From a checkpoint's state, checked (a checkpoint is a file anyone can craft)."""
-        from .errors import CheckpointError
+        from ..errors import CheckpointError
         w = cls(patience=patience)
         if d is not None and not isinstance(d, dict):
             raise CheckpointError("the training state's watch is not a JSON object")

@@ -23,20 +23,20 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checkpoint as ckpt
+from .. import checkpoint as ckpt
 from . import distributed
-from .config import PRESETS, TrainConfig, preset as make_preset
-from .corpus import build_corpus, open_corpus, sample_batch, eval_windows
-from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
-from .model import Model
-from .ops import get_backend, resolve_device
+from ..config import PRESETS, TrainConfig, preset as make_preset
+from ..corpus import build_corpus, open_corpus, sample_batch, eval_windows
+from ..errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
+from ..model import Model
+from ..ops import get_backend, resolve_device
 from .optim import LossScaler, lr_at
-from .runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
-from .pairs import ExampleCorpus, open_examples
+from ..runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
+from ..pairs import ExampleCorpus, open_examples
 from .budget import Budget
 from .watch import Watch
-from .tokenizer import Tokenizer
-from .validation import note_ignored_on_resume, stored_train_config
+from ..tokenizer import Tokenizer
+from ..validation import note_ignored_on_resume, stored_train_config
 
 LN2 = math.log(2)
 METRICS_FILE = "metrics.jsonl"
@@ -145,7 +145,7 @@ def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
 
 def prepare(tc: TrainConfig, resume: bool = False):
     """Set up (or reopen) a run: directory, tokenizer, corpus, model config, loaded checkpoint."""
-    from .readers import read_documents
+    from ..readers import read_documents
     if not resume:
         tc.validate()
     run_dir = Path(tc.out_dir) if tc.out_dir else None
@@ -190,7 +190,7 @@ def prepare(tc: TrainConfig, resume: bool = False):
         raise SourceError("no source given (--source PATH)")
     if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
         from .autoconf import resolve
-        from .lineage import prepare_finetune
+        from ..lineage import prepare_finetune
         out = prepare_finetune(tc, _next_run_dir)
         if tc.preset == "auto":   # the auto settings (batch, validation interval) of the parent's size
             tc.preset = next((n for n, p in PRESETS.items() if p["d_model"] == out[4].d_model), "tiny")
@@ -208,17 +208,17 @@ def prepare(tc: TrainConfig, resume: bool = False):
     if tok.merges:
         corpus = build_corpus(docs(), tok, run_dir, tc.val_fraction, ctx0)
     else:  # plain bytes: stream in bounded pieces, whatever the file size
-        from .readers import stream_documents
+        from ..readers import stream_documents
         corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
                               pieces=stream_documents(tc.source, tc.reader or None))
     if tc.reader:
-        from .readers import get_reader
+        from ..readers import get_reader
         reader = get_reader(tc.reader)
         if reader.augments:                  # the reader adds copies of training documents
             from .augment import add_training_copies
             corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
     from .autoconf import resolve
-    from .parallel import cores
+    from .runner import cores
     train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
     resolve(tc, resolve_device(tc.device), train_bytes, cores())
     tc.validate()
@@ -229,7 +229,7 @@ def prepare(tc: TrainConfig, resume: bool = False):
 
 def _open_prepared(d: dict):
     """A rank other than 0 opens the run rank 0 has just prepared (same settings, corpus, model)."""
-    from .config import ModelConfig
+    from ..config import ModelConfig
     tc = TrainConfig(**d["tc"])
     run_dir = Path(tc.out_dir)
     corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
@@ -249,7 +249,7 @@ def _prepare_ranks(world, tc: TrainConfig, resume: bool):
     return box["out"] if world.main else d
 
 
-UNPLANNED = 10 ** 9   # tc.steps of a time-budget run until its total is planned (budget.py)
+UNPLANNED = 10 ** 9   # tc.steps of a time-budget run until its total is planned (training/budget.py)
 SAVE_SHARE = 0.1      # skip a boundary's resume checkpoint if writing it would cost more than this
 SAVE_ALWAYS_S = 1.0   # share of the time since the last one and over SAVE_ALWAYS_S seconds (the
                       # base preset's is ~1 GB); the last step, a stop and early stopping always save
@@ -275,7 +275,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
     stop_at: behave as if Ctrl-C came during that step (save and stop), for tests and scripts.
     given: the settings the caller set explicitly; on resume, those the run overrides are named.
     Started by mpiexec/srun (or with distributed="mpi"), every rank calls this and trains its
-    slice of each batch (see distributed.py); only rank 0 writes and logs.
+    slice of each batch (see training/distributed.py); only rank 0 writes and logs.
     A fresh run that fails before its first checkpoint removes the files and folders it made.
     """
     world = distributed.connect(tc.distributed)
@@ -321,7 +321,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
     else:
         model.init_weights(tc.seed)
         if tc.parent:  # fine-tuning starts from the parent's weights (fresh optimizer state)
-            from .lineage import parent_weights
+            from ..lineage import parent_weights
             model.load_flat(parent_weights(tc, cfg))
 
     spent_before, planned = state.get("train_seconds", 0.0), state.get("budget_planned", False)
@@ -450,7 +450,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
         if boundary:
             t0 = time.perf_counter()
             if isinstance(corpus, ExampleCorpus):   # no per-window spread there: no standard error
-                from .pairs import score_windows
+                from ..pairs import score_windows
                 val = score_windows(lambda x, y: ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y))),
                                     corpus.eval_windows(T, tc.eval_tokens), tok)["bits_per_byte"]
                 se = float("nan")
@@ -529,7 +529,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
     best_path = run_dir / ckpt.BEST_NAME
     base = None
     if tc.baseline and not interrupted and world.main:
-        from .plot import run_baselines
+        from ..plot import run_baselines
         base = run_baselines(run_dir, tc)
     if tc.plot and world.main:
         _plot_quietly(run_dir, log)
@@ -541,7 +541,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
 def _plot_quietly(run_dir: Path, log) -> None:
     """Write run_dir/loss.png; a missing matplotlib or a plotting error never fails a run."""
     try:
-        from .plot import write_loss_png
+        from ..plot import write_loss_png
         write_loss_png(run_dir)
     except ImportError:
         log("note: loss.png not written (pip install matplotlib)")

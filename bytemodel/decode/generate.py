@@ -17,12 +17,12 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError
-from .sampling import rng_states, sample_next, sampling_probs  # noqa: F401  (part of this module's API)
-from .model import Model
-from .ops import numpy_ops
+from ..errors import ConfigError
+from ..sampling import rng_states, sample_next, sampling_probs  # noqa: F401  (part of this module's API)
+from ..model import Model
+from ..ops import numpy_ops
 from .speculative import speculative_ids
-from .tokenizer import Tokenizer
+from ..tokenizer import Tokenizer
 
 LN2 = math.log(2)
 
@@ -106,7 +106,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     The prompt is not included in the output. An empty prompt starts a new document.
     on_bytes(chunk) is called with each produced chunk (for streaming output; one sample only).
     Sample i draws from np.random.default_rng(seed + i), on the CPU and the GPU alike.
-    speculative: draft with the model's multi-token heads and verify in blocks (speculative.py);
+    speculative: draft with the model's multi-token heads and verify in blocks (decode/speculative.py);
     the same distribution as plain sampling, fewer forward passes. stats: a SpecStats to fill.
     engine: "auto" (the backend's on-device decoder where it has one that takes the model: the
     GPU, gpu/decode.cu), "host" (the cached forward, sampling on the host), "device".
@@ -126,7 +126,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:
         return outs.result(samples)
-    from .ops import device_decoder
+    from ..ops import device_decoder
     dec = device_decoder(model.ops) if engine != "host" and not speculative else None
     if dec is not None and dec.supports(model.cfg, tokenizer.vocab_size) is None:
         _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed)

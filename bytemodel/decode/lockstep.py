@@ -23,7 +23,7 @@ Determinism: what a push computes depends only on the pushed tokens, the weights
 the shapes (B, window), never on the data of other calls or on the wall clock. Two Lockstep
 objects with the same B and window fed the same tokens return bit-identical logits on the same
 backend and machine, which is what lets a compressor and its decompressor agree
-(bytemodel/compress.py).
+(bytemodel/compress/driver.py).
 
 Shapes: B streams, W window, V vocabulary (the model's), K kv heads, D head dim.
 """
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConfigError
-from .model import Model
+from ..errors import ConfigError
+from ..model import Model
 
 
 def check_window(window: int, context: int) -> None:

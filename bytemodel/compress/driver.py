@@ -13,12 +13,12 @@ as a new document: its context starts with <doc>, and it sees at most `window` t
 past. The streams advance in lockstep, one token each per step, in lanes of `lane` streams: each
 lane is one batched KV cache, and a step is one (lane, 1) forward pass per lane. Two engines
 compute the steps (the header names the one used):
-  - "cpu" (the CPU's default; bytemodel/cpu_lockstep.py): a step specialised for (lane, 1) in
+  - "cpu" (the CPU's default; bytemodel/compress/cpu_engine.py): a step specialised for (lane, 1) in
     NumPy. By default the window slides (`reread` 0: the cache is a ring of the last `window`
     tokens, default CPU_WINDOW); reread k > 0 instead re-reads the newest k tokens from position
     0 when the cache is full. Lanes run on threads, by default one per core, of at most
     CPU_MAX_LANE streams.
-  - "lockstep" (every backend; bytemodel/lockstep.py): the model's own cached forward pass,
+  - "lockstep" (every backend; bytemodel/decode/lockstep.py): the model's own cached forward pass,
     with a sliding window (`reread` 0: the cache becomes a ring once full; the default on a GPU)
     or generation's policy (`reread` window/2: when full, the newest window/2 are re-read; the
     only policy of version 1 files); on a GPU one lane holds every stream.
@@ -57,132 +57,19 @@ returned, so a mismatch is an error, never silently wrong output.
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import BytemodelError, ConfigError
-from .cpu_lockstep import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
-from .lockstep import Lockstep, check_window
-from .ops import numpy_ops
+from ..decode.lockstep import Lockstep, check_window
+from ..errors import CompressError, ConfigError
+from ..ops import numpy_ops
+from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
+from .container import FORMAT, VERSION, _pack, backend_info, check_model, checkpoint_identity, read
+from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
+from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, default_lane, default_streams,
+                     default_window, groups as _groups, split, starts as _starts)
 
-MAGIC = b"\x89BMZ\r\n\x1a\n"
-VERSION = 2                  # 2: the layout names its engine and re-read policy (version 1: the lockstep engine, re-read window/2)
-READS = (1, 2)               # container versions this code decodes
-FORMAT = "bytemodel-compressed"
-PREC_BITS = 24               # frequencies sum to 2^24: constriction's range coder precision
-TOTAL = 1 << PREC_BITS
-_FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
-_TRAILER = 32                # SHA-256
-MAX_HEADER = 1 << 20
-MIN_STREAM = 4               # default layout: at least this many windows of tokens per stream
-CPU_MAX_LANE = 256           # streams per lane on the CPU (benchmarks/README.md: wider lanes spread each NumPy call)
-CPU_MAX_STREAMS = 512
-CPU_WINDOW = 32              # the CPU engine's default window (sliding): the attention reads the cache, so cost grows with it
-ENGINES = ("cpu", "lockstep")  # what computes the probabilities: cpu_lockstep.CpuLockstep or lockstep.Lockstep
-GPU_MAX_STREAMS = 8192
-LOCKSTEP_REREAD = 0          # the lockstep engine's default off the CPU: slide the window (no re-read passes)
-GPU_WINDOW = 256             # default window on a GPU: half the cost per token of the full 1024 of base, 2.6%
-                             # larger (benchmarks/README.md, the compressor on the H200)
-GPU_CODERS = 8               # range coders on threads on the GPU's host (the coder is the serial part)
-
-
-class CompressError(BytemodelError):
-    """A .bmz file is corrupt, foreign, or needs another checkpoint or backend."""
-
-
-def _coder():
-    try:
-        import constriction
-    except ImportError:
-        raise CompressError("compression needs the constriction package: pip install 'bytemodel[compress]'") from None
-    return constriction
-
-
-def _coder_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("constriction")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-# ---------------------------------------------------------------------------------------------
-# probabilities -> integer frequencies
-
-def quantise(logits, alphabet: int, xp=np):
-    """logits (B, >= alphabet) -> frequencies (B, alphabet) int64, each >= 1, each row summing to 2^24.
-
-    Softmax over the first `alphabet` logits in float64; floor(p * (2^24 - alphabet)) + 1; the
-    rounding remainder (>= 0) goes to the first likeliest symbol. xp: numpy or cupy.
-    """
-    z = logits[:, :alphabet].astype(xp.float64)
-    z -= z.max(axis=1, keepdims=True)
-    p = xp.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    f = xp.floor(p * (TOTAL - alphabet)).astype(xp.int64) + 1
-    rows = xp.arange(f.shape[0])
-    f[rows, xp.argmax(f, axis=1)] += TOTAL - f.sum(axis=1)
-    return f
-
-
-def split(n: int, streams: int) -> np.ndarray:
-    """Token counts of `streams` contiguous streams covering n tokens: the first n % streams get one more."""
-    if streams == 0:
-        return np.zeros(0, dtype=np.int64)
-    lengths = np.full(streams, n // streams, dtype=np.int64)
-    lengths[: n % streams] += 1
-    return lengths
-
-
-def default_window(context: int, device: str) -> int:
-    """The lockstep engine's window unless told: the model's context on the CPU, at most GPU_WINDOW on a GPU
-    (the cpu engine's is CPU_WINDOW)."""
-    return context if device == "cpu" else min(context, GPU_WINDOW)
-
-
-def default_streams(n_tokens: int, window: int, device: str) -> int:
-    """Enough streams to fill the batch, each at least MIN_STREAM windows long."""
-    cap = CPU_MAX_STREAMS if device == "cpu" else GPU_MAX_STREAMS
-    return int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
-
-
-def default_lane(streams: int, device: str, cores: int = 1) -> int:
-    """Streams per lane. On the CPU at least one lane per core, of at most CPU_MAX_LANE streams;
-    on a device one lane holds them all. The lane goes into the header, so a machine with another
-    core count decompresses the same way (its lanes just run in turn)."""
-    if device != "cpu":
-        return max(streams, 1)
-    return max(1, min(CPU_MAX_LANE, -(-streams // max(cores, 1))))
-
-
-# ---------------------------------------------------------------------------------------------
-# what identifies the model and the backend
-
-def checkpoint_identity(lm) -> dict:
-    """Name and SHA-256 of the weights (as the checkpoint records them) and of the tokenizer."""
-    ident = getattr(lm, "_bmz_identity", None)
-    if ident is None:
-        from .checkpoint import CKPT_NAME, _sha
-        path = lm.path
-        name = "" if path is None else (path.parent.name if path.name == CKPT_NAME else path.name)
-        tok = json.dumps(lm.tokenizer.to_dict(), sort_keys=True, separators=(",", ":")).encode()
-        ident = {"name": name, "weights_sha256": _sha(lm.model.ops.to_numpy(lm.model.params)),
-                 "tokenizer_sha256": hashlib.sha256(tok).hexdigest()}
-        lm._bmz_identity = ident
-    return ident
-
-
-def backend_info(model) -> dict:
-    """The device, precision and numerical libraries that computed the probabilities."""
-    return model.ops.describe()
-
-
-# ---------------------------------------------------------------------------------------------
-# the one computation path of both directions
 
 def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int | None = None,
            want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0) -> None:
@@ -260,7 +147,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
 
 
 def _cores() -> int:
-    from .parallel import cores
+    from ..training.runner import cores
     return cores()
 
 
@@ -374,17 +261,6 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     return _pack(header, payload)
 
 
-def _starts(lengths: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
-
-
-def _groups(S: int, C: int) -> list[tuple[int, int]]:
-    """C contiguous groups of streams, the first S % C one stream larger: (first, end) each."""
-    sizes = split(S, C)
-    ends = np.cumsum(sizes)
-    return [(int(e - z), int(e)) for e, z in zip(ends, sizes)]
-
-
 def _each(pool, n: int, fn) -> None:
     """fn(0..n-1), on the pool's threads when there is one (constriction releases the GIL)."""
     if pool is None:
@@ -446,97 +322,3 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
                if diff else "")
         raise CompressError(f"decompressed data does not match the original's checksum{why}")
     return data
-
-
-# ---------------------------------------------------------------------------------------------
-# the container
-
-def _pack(header: dict, payload: bytes) -> bytes:
-    h = zlib.compress(json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8"), 9)
-    body = MAGIC + struct.pack("<HI", VERSION, len(h)) + h + payload
-    return body + hashlib.sha256(body).digest()
-
-
-def read(blob: bytes) -> tuple[dict, bytes]:
-    """A container -> (header, payload), refusing foreign, cut, corrupt or malformed files."""
-    blob = bytes(blob)
-    if not blob.startswith(MAGIC):
-        raise CompressError("not a bytemodel compressed file (.bmz): wrong magic bytes")
-    if len(blob) < _FIXED + _TRAILER:
-        raise CompressError("truncated .bmz file")
-    if hashlib.sha256(blob[:-_TRAILER]).digest() != blob[-_TRAILER:]:
-        raise CompressError("corrupt or truncated .bmz file (its SHA-256 does not match)")
-    version, hlen = struct.unpack("<HI", blob[len(MAGIC):_FIXED])
-    if version not in READS:
-        raise CompressError(f".bmz container version {version}; this bytemodel reads versions "
-                            f"{', '.join(map(str, READS))}")
-    if hlen > MAX_HEADER or _FIXED + hlen > len(blob) - _TRAILER:
-        raise CompressError("malformed .bmz file: bad header length")
-    try:
-        text = zlib.decompressobj().decompress(blob[_FIXED:_FIXED + hlen], MAX_HEADER)
-        header = json.loads(text.decode("utf-8"))
-        if version == 1 and isinstance(header, dict) and isinstance(header.get("layout"), dict):
-            header["layout"].setdefault("engine", "lockstep")    # version 1: always the lockstep engine
-        _validate(header, version)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, zlib.error) as e:
-        raise CompressError(f"malformed .bmz header ({e})") from None
-    payload = blob[_FIXED + hlen:-_TRAILER]
-    if len(payload) != header["payload_bytes"]:
-        raise CompressError("malformed .bmz file: the payload's length does not match its header")
-    return header, payload
-
-
-def _int(d, k, lo=0):
-    v = d[k]
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"{k} must be an integer >= {lo}, got {v!r}")
-    return v
-
-
-def _validate(h: dict, version: int = VERSION) -> None:
-    if h.get("format") != FORMAT or h.get("version") != version:
-        raise ValueError("not a bytemodel compressed file of this version")
-    for k in ("weights_sha256", "tokenizer_sha256", "name"):
-        if not isinstance(h["checkpoint"][k], str):
-            raise ValueError(f"checkpoint {k} missing")
-    if h["reader"] != "raw":
-        raise ValueError(f"reader {h['reader']!r} is not supported by this version (only raw)")
-    _int(h["original"], "bytes")
-    if not isinstance(h["original"]["sha256"], str):
-        raise ValueError("original sha256 missing")
-    lay = h["layout"]
-    n, S, W, ln = _int(lay, "tokens"), _int(lay, "streams"), _int(lay, "window", 2), _int(lay, "lane", 1)
-    if (n > 0) != (S > 0) or S > n or W % 2:
-        raise ValueError("inconsistent stream layout")
-    engine, rr = lay["engine"], _int(lay, "reread")
-    if engine not in ENGINES or (engine == "lockstep" and rr not in (0, W // 2)) or (engine == "cpu" and rr >= W):
-        raise ValueError(f"unknown engine or re-read policy ({engine!r}, re-read {rr} of window {W})")
-    c = h["coder"]
-    if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
-        raise ValueError("unknown coder settings")
-    _int(c, "alphabet", 1)
-    gw = c["group_words"]
-    if not isinstance(gw, list) or (n > 0) != (len(gw) > 0) or len(gw) > max(S, 1) \
-            or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in gw) \
-            or 4 * sum(gw) != h["payload_bytes"]:
-        raise ValueError("inconsistent coder groups")
-    if not isinstance(h["backend"].get("device"), str):
-        raise ValueError("backend missing")
-    if _int(h, "payload_bytes") % 4:
-        raise ValueError("payload is not whole 32-bit words")
-
-
-def check_model(header: dict, lm) -> None:
-    """Refuse a model other than the one the file was compressed with, or another backend."""
-    want, have = header["checkpoint"], checkpoint_identity(lm)
-    if want["weights_sha256"] != have["weights_sha256"] or want["tokenizer_sha256"] != have["tokenizer_sha256"]:
-        raise CompressError(f"this file was compressed with checkpoint '{want['name']}' (weights "
-                            f"{want['weights_sha256'][:12]}), not with '{have['name']}' (weights "
-                            f"{have['weights_sha256'][:12]}): pass --checkpoint for '{want['name']}'")
-    if header["coder"]["alphabet"] != lm.tokenizer.doc_id:
-        raise CompressError("the file's alphabet does not match the model's tokenizer")
-    b, here = header["backend"], backend_info(lm.model)
-    if (b["device"], b.get("precision")) != (here["device"], here["precision"]):
-        raise CompressError(f"this file was compressed on {b['device']} ({b.get('precision')}); the model here "
-                            f"computes on {here['device']} ({here['precision']}) whose probabilities differ: "
-                            f"decompress with --device {b['device']}")

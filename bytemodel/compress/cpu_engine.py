@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from .errors import ConfigError
-from .lockstep import check_window
+from ..errors import ConfigError
+from ..decode.lockstep import check_window
 
 
 def check_reread(reread: int, window: int) -> None:

@@ -42,8 +42,8 @@ import types
 
 import numpy as np
 
-from .config import DISTRIBUTED_MODES as MODES
-from .errors import BytemodelError, ConfigError
+from ..config import DISTRIBUTED_MODES as MODES
+from ..errors import BytemodelError, ConfigError
 
 TIMEOUT_ENV = "BYTEMODEL_COLLECTIVE_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0   # seconds; a checkpoint write on rank 0 (others wait) must fit in it
@@ -388,7 +388,7 @@ class DataParallel:
     """
 
     def __init__(self, model, world, batch: int, workers: int | None = None, shard: bool = False):
-        from .parallel import CoreParallel
+        from .runner import CoreParallel
         if batch < world.size:
             raise ConfigError(f"batch-size {batch} is smaller than the {world.size} ranks; "
                               f"give each rank at least one window")
@@ -407,7 +407,7 @@ class DataParallel:
 
     def _share_cores(self, workers):
         """Ranks on one machine split its cores: threads and BLAS threads per rank."""
-        from .parallel import MAX_DEFAULT_WORKERS, cores
+        from .runner import MAX_DEFAULT_WORKERS, cores
         per_rank = cores()
         if per_rank >= (os.cpu_count() or 1):          # not pinned by the launcher
             per_rank = max(1, per_rank // self.world.local_size)
@@ -418,7 +418,7 @@ class DataParallel:
     def _pad_buffers(self):
         """Weights and gradients into buffers of size * S elements (the tail stays zero), so every
         rank owns an equal block [lo, hi) for reduce-scatter and all-gather."""
-        from .model import views
+        from ..model import views
         m, xp, n = self.model, self.xp, self.world.size
         P = m.size
         self.S = -(-P // (n * SHARD_ALIGN)) * SHARD_ALIGN

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import write_atomic
-from .corpus import CORPUS_FILE, TOKENS_FILE, Corpus, open_corpus
-from .errors import SourceError
-from .tokenizer import Tokenizer
+from ..atomic import write_atomic
+from ..corpus import CORPUS_FILE, TOKENS_FILE, Corpus, open_corpus
+from ..errors import SourceError
+from ..tokenizer import Tokenizer
 
 
 def add_training_copies(run_dir: str | os.PathLike, corpus: Corpus, tokenizer: Tokenizer, copies) -> Corpus:

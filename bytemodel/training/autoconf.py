@@ -20,8 +20,8 @@ small costs about 12x one of tiny, too slow to finish in reasonable time on a la
 """
 from __future__ import annotations
 
-from .config import PRESETS
-from .errors import ConfigError
+from ..config import PRESETS
+from ..errors import ConfigError
 
 # lr: peak AdamW learning rate; warmup: linear warmup steps; batch_size: windows per step.
 # One line each, with the reason (figures: benchmarks/README.md, "Training defaults per preset").
@@ -42,8 +42,8 @@ CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of
 
 def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
     """The preset `--preset auto` picks for `train_bytes` of training data on `device`."""
-    from .config import preset as make
-    from .model import n_params
+    from ..config import preset as make
+    from ..model import n_params
     order = ["tiny", "small", "base"]
     if device == "cpu":
         order = order[:2] if cores >= CPU_SMALL_CORES else order[:1]
