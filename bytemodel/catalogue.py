@@ -6,7 +6,7 @@ suits it, its licence, and its sources in the order they are tried:
 
 - ``shipped``: a file shipped beside the catalogue (datasets/); public-domain samples only.
 - ``debian``:  files of an installed Debian package, each with its SHA-256; or the files matching
-               ``glob`` under ``base`` (symlinks skipped) with a ``count`` and a ``tree_sha256``
+               ``glob`` under ``base`` (symlinks skipped; ``**`` spans folders) with a ``count`` and a ``tree_sha256``
                (SHA-256 of the sorted lines "<path relative to base> <sha256 of the file>\\n").
 - ``local``:   a file every Linux machine has (e.g. an ELF executable); machine-specific, so it
                has no checksum and is copied as found.
@@ -104,9 +104,10 @@ def tree_sha256(files: dict[str, str]) -> str:
 
 
 def glob_files(base: str, pattern: str) -> dict[str, Path]:
-    """relative path -> file for the files under ``base`` matching ``pattern`` (no symlinks)."""
+    """relative path -> file for the files under ``base`` matching ``pattern`` (no symlinks;
+    ``**`` matches any depth of folders)."""
     root = Path(base)
-    return {str(Path(f).relative_to(root)): Path(f) for f in sorted(glob(str(root / pattern)))
+    return {str(Path(f).relative_to(root)): Path(f) for f in sorted(glob(str(root / pattern), recursive=True))
             if os.path.isfile(f) and not os.path.islink(f)}
 
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from .errors import ConfigError
 
 
+MAX_DROPOUT = 0.9   # past this nearly every activation is dropped; a typo, not a setting
+
+
 @dataclass
 class ModelConfig:
     vocab_size: int = 257        # the tokenizer's vocabulary: 256 bytes + merges + specials
@@ -30,6 +33,8 @@ class ModelConfig:
     mtp_design: str = "sequential"   # "sequential" (head k reads head k-1) or "independent"; chosen
                                      # by measurement (benchmarks/README.md, MTP section)
     mtp_weight: float = 0.3      # the heads' auxiliary loss weight (mean over heads)
+    dropout: float = 0.0         # drop probability on the embedding and both residual branches of
+                                 # every layer while training (0: none; checkpoints before it: 0)
 
     def __post_init__(self):
         if self.n_kv_heads == 0:
@@ -57,6 +62,9 @@ class ModelConfig:
             raise ConfigError(f"mtp_design must be 'independent' or 'sequential', got {self.mtp_design!r}")
         if not (isinstance(self.mtp_weight, (int, float)) and 0 <= self.mtp_weight < float("inf")):
             raise ConfigError(f"mtp_weight must be a finite number >= 0, got {self.mtp_weight!r}")
+        if not (isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool)
+                and 0 <= self.dropout <= MAX_DROPOUT):
+            raise ConfigError(f"dropout must be a number in [0, {MAX_DROPOUT}], got {self.dropout!r}")
         for f in ("rope_theta", "norm_eps", "init_std"):
             v = getattr(self, f)
             if not (v > 0 and math.isfinite(v)):
@@ -132,6 +140,8 @@ class TrainConfig:
                                # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
     patience: int = 5          # stop after this many validations without a new best; 0: never
+    dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
+                               # bytes and device (training/autoconf.py)
     minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (training/budget.py)
     device: str = "cpu"
     precision: str = "auto"    # auto: fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16
@@ -175,6 +185,8 @@ class TrainConfig:
                               f"{', '.join(DISTRIBUTED_MODES)}")
         if self.preset not in PRESETS and self.preset != "auto":
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of auto, {', '.join(PRESETS)}")
+        if not (self.dropout == -1 or 0 <= self.dropout <= MAX_DROPOUT):
+            raise ConfigError(f"dropout must be auto or in [0, {MAX_DROPOUT}], got {self.dropout}")
         if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
         from .validation import check_train_numbers

@@ -49,7 +49,8 @@ def tiny_config(**overrides) -> ModelConfig:
 
 
 def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int = 0,
-                B: int = 2, T: int | None = None) -> list[TensorCheck]:
+                B: int = 2, T: int | None = None, drop=None) -> list[TensorCheck]:
+    """drop: a model.Dropout (with cfg.dropout > 0): every loss uses the same fixed masks."""
     cfg = cfg or tiny_config()
     T = T or cfg.context
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -63,10 +64,10 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
     tgt = rng.integers(0, cfg.vocab_size, size=(B, T))
 
     def loss() -> float:   # the training objective: main loss + the MTP heads' weighted loss
-        return m.objective(m.forward(idx, tgt, heads=True))
+        return m.objective(m.forward(idx, tgt, heads=True, drop=drop))
 
     m.grads[:] = 0
-    m.loss_and_grad(idx, tgt)
+    m.loss_and_grad(idx, tgt, drop=drop)
     return check_tensors(m, loss, m.grads.copy(), rng, per_tensor)
 
 

@@ -15,6 +15,7 @@ F d_ff, V vocab, N = B*T.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -63,6 +64,39 @@ def views(buf, cfg: ModelConfig) -> dict:
 
 def n_params(cfg: ModelConfig) -> int:
     return sum(math.prod(s) for _, s, _ in layout(cfg))
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on a Python int (exact, the same on every machine)."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def dropout_key(seed: int, step: int, site: int) -> tuple[int, int]:
+    """The two uint32 words the dropout ops hash with, from (seed, step, site). Sites: 0 the
+    embedding, 1 + 2i layer i's attention branch, 2 + 2i its MLP branch."""
+    k = _mix64(_mix64(_mix64(seed) ^ step) ^ site)
+    return k & 0xFFFFFFFF, k >> 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropout:
+    """One training step's dropout masks: drawn from (seed, step) by a counter-based hash, so a
+    resumed run draws the same ones and the CPU and GPU draw the same bits. row0 is where this
+    piece's rows start in the whole batch (a batch split over threads or ranks draws the masks
+    of one piece). p is the model's own (ModelConfig.dropout)."""
+    seed: int
+    step: int
+    row0: int = 0
+
+    def rows(self, start: int) -> "Dropout":
+        """The same step's masks for the rows from `start` of this piece."""
+        return dataclasses.replace(self, row0=self.row0 + int(start))
 
 
 def is_matrix(name: str) -> bool:
@@ -148,7 +182,15 @@ class Model:
         return W["lm_head"], self.g["lm_head"]
 
     # ------------------------------------------------------------------ one layer
-    def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0):
+    def _drop(self, y, x, drop, site: int, T: int):
+        """x + dropout(y) with this step's mask for `site` -> (x, cache), or x + y, None without."""
+        if drop is None or self.cfg.dropout == 0:
+            return self.ops.add(x, y), None
+        off = drop.row0 * T * y.shape[-1]
+        return self.ops.dropout_forward(y, self.cfg.dropout, dropout_key(drop.seed, drop.step, site),
+                                        off, residual=x)
+
+    def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0, drop=None):
         """Layer i: x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x)). x (N, C) -> (x, saved).
 
         The one block both passes run: training (cache None; `saved` is what backward needs) and
@@ -158,6 +200,7 @@ class Model:
         pos % S_max, over the one S_max positions back, and it attends to all S_max slots (a
         sliding window; RoPE's scores depend only on relative positions, and keys keep the
         rotation of their own absolute position, so no key moves).
+        drop (a Dropout, training only): both residual branches go through dropout first.
         """
         o, cfg = self.ops, self.cfg
         H, K = cfg.n_heads, cfg.n_kv_heads
@@ -181,20 +224,23 @@ class Model:
         else:
             a, lse = o.attention_forward(q, k, v)                              # (B, H, T, D)
         am = o.merge_heads_forward(a)                                          # (N, H*D)
-        x = o.add(x, o.matmul_forward(am, W[p + "wo"]))                        # residual
+        x, d1 = self._drop(o.matmul_forward(am, W[p + "wo"]), x, drop, 1 + 2 * i, T)   # residual
         h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
         u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
         s, sw = o.swiglu_forward(u)                                            # (N, F)
-        x = o.add(x, o.matmul_forward(s, W[p + "w_down"]))                     # residual
-        return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s)
+        x, d2 = self._drop(o.matmul_forward(s, W[p + "w_down"]), x, drop, 2 + 2 * i, T)  # residual
+        return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2)
 
     # ------------------------------------------------------------------ training passes
-    def forward(self, idx, targets, mask=None, heads: bool = False):
+    def forward(self, idx, targets, mask=None, heads: bool = False, drop=None):
         """idx, targets (B, T) int -> per-token losses (B*T,) in nats. Keeps activations.
 
         mask (B, T) 0/1 or None: targets where it is 0 count for nothing (loss 0, no gradient).
         heads: also run the multi-token heads (their losses in self.mtp_losses) for a backward
-        pass; scoring and validation need only the next-token losses, so they leave them out."""
+        pass; scoring and validation need only the next-token losses, so they leave them out.
+        drop: a Dropout (training steps only; None, the default, is every other use: validation,
+        scoring, generation, compression): the embedding and every residual branch are dropped
+        with p = cfg.dropout."""
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
         N, C = B * T, cfg.d_model
@@ -203,8 +249,11 @@ class Model:
         acts = []
         x, emb_cache = o.embedding_forward(W["wte"], idx)          # (B, T, C)
         x = x.reshape(N, C)
+        d0 = None
+        if drop is not None and cfg.dropout > 0:
+            x, d0 = o.dropout_forward(x, cfg.dropout, dropout_key(drop.seed, drop.step, 0), drop.row0 * T * C)
         for i in range(cfg.n_layers):
-            x, saved = self.block(i, x, W, cos, sin, B, T)
+            x, saved = self.block(i, x, W, cos, sin, B, T, drop=drop)
             acts.append(saved)
         hf, nf = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)                   # (N, C)
         wh, _ = self.head(W)
@@ -216,7 +265,7 @@ class Model:
         mtp, self.mtp_losses = None, []
         if heads and cfg.mtp > 1:                                                  # heads t+2..t+K
             self.mtp_losses, mtp = mtp_forward(o, cfg, W, wh, x, targets)
-        self._acts = (B, T, W, cos, sin, emb_cache, acts, hf, nf, ce, mtp)
+        self._acts = (B, T, W, cos, sin, emb_cache, d0, acts, hf, nf, ce, mtp)
         return losses
 
     def backward(self, dlosses, mtp_scale: float = 1.0) -> None:
@@ -225,7 +274,7 @@ class Model:
         With MTP heads, the objective also has mtp_scale * mtp_weight * (mean over heads of each
         head's mean loss); loss_and_grad passes the same weight as the main loss's mean."""
         o, cfg, G = self.ops, self.cfg, self.g
-        B, T, W, cos, sin, emb_cache, acts, hf, nf, ce, mtp = self._acts
+        B, T, W, cos, sin, emb_cache, d0, acts, hf, nf, ce, mtp = self._acts
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         wh, dwh = self.head(W)
         dmtp = None   # the MTP heads' gradient on the trunk's last residual stream
@@ -236,27 +285,31 @@ class Model:
         dx = o.rmsnorm_backward(dx, nf, G["norm_f"], residual=dmtp)
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
-            h1, n1, q, k, v, a, lse, am, h2, n2, sw, s = acts[i]
-            ds = o.matmul_backward(dx, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
+            h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2 = acts[i]
+            dy = dx if d2 is None else o.dropout_backward(dx, d2)                  # the branch's
+            ds = o.matmul_backward(dy, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
             du = o.swiglu_backward(ds, sw)                                         # (N, 2F)
             dh2 = o.matmul_backward(du, h2, W[p + "w_gateup"], G[p + "w_gateup"])  # (N, C)
             dx = o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"], residual=dx)       # + residual
-            dam = o.matmul_backward(dx, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
+            dy = dx if d1 is None else o.dropout_backward(dx, d1)
+            dam = o.matmul_backward(dy, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
             da = o.merge_heads_backward(dam, B, H, T, D)                           # (B, H, T, D)
             dq, dk, dv = o.attention_backward(da, q, k, v, a, lse)
             dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
             dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
             dx = o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"], residual=dx)      # + residual
+        if d0 is not None:
+            dx = o.dropout_backward(dx, d0)
         o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None):
-        """Per-token losses; grads += weight * d(mean loss)/d(params).
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, drop=None):
+        """Per-token losses; grads += weight * d(mean loss)/d(params). drop: as forward's.
 
         With a mask (B, T) (host array, so counting it needs no device wait) the mean is over the
         counted targets only: sum(mask * loss) / max(sum(mask), 1).
         """
-        losses = self.forward(idx, targets, mask, heads=True)
+        losses = self.forward(idx, targets, mask, heads=True, drop=drop)
         n = losses.shape[0] if mask is None else max(int(np.count_nonzero(mask)), 1)
         self.backward(self.xp.full(losses.shape[0], weight / n, dtype=losses.dtype), mtp_scale=weight)
         return losses

@@ -77,6 +77,13 @@ D.append(dict(name="debian-grub", type="image", reader="image:size=64x48",
   licence="GPL-2+ / CC-BY-SA per theme",
   description="Debian theme GRUB background images, PNG", size="1.5 MB",
   sources=[globsrc("desktop-base", "/usr/share/desktop-base", "*-theme/grub/*.png")]))
+D.append(dict(name="linux-docs", type="text", reader="text",
+  licence="GPL-2",
+  description="the Linux kernel's documentation (Documentation/**/*.rst, 3,183 reStructuredText files of "
+              "English technical prose, each gzip-compressed) from Debian's linux-doc-6.1 6.1.192-3; "
+              "the held-out tail of a run is its last files in path order",
+  size="24.2 MB",
+  sources=[globsrc("linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/Documentation", "**/*.rst.gz")]))
 D.append(dict(name="elf-ls", type="binary", reader="raw",
   licence="GPL-3+",
   description="the ELF executable /usr/bin/ls of this machine (no checksum: it differs per build)", size="0.14 MB",

@@ -109,9 +109,9 @@ def _overflow_from(monkeypatch, first_bad_step):
     calls = {"n": 0}
     real = parallel.CoreParallel.loss_and_grad
 
-    def loss_and_grad(self, idx, targets, weight=1.0):
+    def loss_and_grad(self, idx, targets, weight=1.0, drop=None):
         calls["n"] += 1
-        losses = real(self, idx, targets, weight)
+        losses = real(self, idx, targets, weight, drop=drop)
         if calls["n"] >= first_bad_step:
             self.model.grads[...] = np.nan
             return np.full_like(losses, np.inf)

@@ -187,3 +187,21 @@ def test_local_elf():
         pytest.skip("no /usr/bin/ls on this machine")
     d = get("elf-ls")
     assert (d / "ls").read_bytes()[:4] == b"\x7fELF"
+
+
+def test_linux_docs_from_the_installed_package(tmp_path):
+    """`bytemodel data get linux-docs` offline from Debian's linux-doc-6.1: every .rst.gz file,
+    checksummed as a tree, read as UTF-8 text (24.2 MB of it)."""
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    ds = load_catalogue()["linux-docs"]
+    src = ds.sources[0]
+    if not datasets.glob_files(src["base"], src["glob"]):
+        pytest.skip("needs Debian package linux-doc-6.1")
+    r = CliRunner().invoke(app, ["data", "get", "linux-docs"])
+    assert r.exit_code == 0, r.output
+    d = Path(r.output.strip().splitlines()[-1])
+    files = sorted(d.rglob("*.rst.gz"))
+    assert len(files) == src["count"] == 3183 and (d / "admin-guide" / "README.rst.gz").is_file()
+    n = sum(len(x) for x in read_documents(d, ds.reader))
+    assert 24_000_000 < n < 24_500_000, n

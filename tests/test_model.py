@@ -55,7 +55,7 @@ def test_presets_and_validation():
     with pytest.raises(ConfigError):
         ModelConfig(d_model=130, n_heads=4)
     with pytest.raises(ConfigError):
-        ModelConfig.from_dict({"d_model": 128, "dropout": 0.1})
+        ModelConfig.from_dict({"d_model": 128, "droupout": 0.1})
     with pytest.raises(ConfigError):
         ModelConfig.from_dict({"d_model": "128"})
 

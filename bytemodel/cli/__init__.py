@@ -39,6 +39,8 @@ def train(
     patience: int = typer.Option(D.patience, help=f"Stop after this many validations without a new best (default {D.patience}; 0: never)."),
     minutes: float = typer.Option(D.minutes, help="Time budget: plan the steps to fit it, from the measured step time (0: use --steps)."),
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
+    dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
+                                "P in [0, 0.9], or auto (by training bytes and device; benchmarks/README.md)."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
@@ -89,10 +91,12 @@ def train(
                                              n_kv_heads=n_kv_heads, d_ff=d_ff, rope_theta=rope_theta,
                                              tie_embeddings=tie_embeddings, mtp=mtp, mtp_weight=mtp_weight,
                                              mtp_design=mtp_design).items() if v is not None}
+        drop = parse_dropout(dropout)
         if steps is not None and steps <= 0:
             raise ConfigError(f"steps must be positive, got {steps}")
         settings = dict(preset=preset, steps=steps or (0 if resume else D.steps), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
+                        dropout=drop,
                         seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
                         workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
                         patience=patience, minutes=minutes, baseline=baseline and not resume,
@@ -111,6 +115,16 @@ def train(
         _summary(res)
         if res.interrupted:
             raise typer.Exit(130)
+
+
+def parse_dropout(text: str) -> float:
+    """--dropout: 'auto' -> -1 (TrainConfig's auto), else a number (checked by TrainConfig)."""
+    if text.strip().lower() == "auto":
+        return -1.0
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--dropout must be a number in [0, 0.9] or auto, got {text!r}") from None
 
 
 def _summary(res) -> None:

@@ -22,6 +22,7 @@ OPS = (
     "attention_decode",         # one query per sequence against a KV cache (generation, the compressor)
     "swiglu_forward", "swiglu_backward",
     "cross_entropy_forward", "cross_entropy_backward",
+    "dropout_forward", "dropout_backward",   # training only: masks from a counter-based hash
     "add",                      # the residual stream's update
     "log_softmax",              # sampling and scoring
     # arrays and precision
@@ -39,7 +40,8 @@ ATTRIBUTES = (
     "xp",                       # the array module (numpy, cupy)
     "cpu_threads",              # True: batch slices may run on CPU threads (parallel.CoreParallel)
 )
-REFERENCE_ONLY = ("rope_tables",)  # host-side helpers of numpy_ops (RoPE tables are made on the host)
+REFERENCE_ONLY = ("rope_tables",   # host-side helpers of numpy_ops (RoPE tables are made on the host)
+                  "dropout_threshold", "dropout_keep")   # the mask's rule, which the CUDA twin reproduces
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "fp16", "bf16")

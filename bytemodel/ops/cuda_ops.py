@@ -399,6 +399,28 @@ class CudaBackend:
         self._fn("add_v8")((_blocks(n8),), (256,), (a, b, out, _i64(n8)))
         return out
 
+    def dropout_forward(self, x, p, key, offset=0, residual=None):
+        """x (N, C) -> [residual +] dropout(x) (N, C), cache: the mask's rule, no mask (gpu/dropout.cu
+        draws it again in the backward pass; numpy_ops has the rule and the shapes)."""
+        from .numpy_ops import dropout_keep, dropout_threshold
+        dropout_keep(0, key, offset + x.size, p)            # the reference's checks on p and the counter
+        thr, scale = dropout_threshold(p)
+        cache = (_i64(offset), np.uint32(key[0]), np.uint32(key[1]), np.uint32(thr), _f32(scale))
+        return self._dropout(x, residual, cache), cache
+
+    def dropout_backward(self, dout, cache):
+        """dout (N, C) -> dx (N, C) = dropout(dout), the forward's mask drawn again."""
+        return self._dropout(dout, None, cache)
+
+    def _dropout(self, x, res, cache):
+        x = self._act(x)
+        out = self._empty(x.shape)
+        vw = 8 if x.size % 8 == 0 and int(cache[0]) % 4 == 0 else 1
+        args = (x,) if res is None else (x, self._act(res))
+        self._fn(f"dropout_{'mul' if res is None else 'res'}_v{vw}", "dropout.cu")(
+            (_blocks(x.size // vw),), (256,), (*args, out, _i64(x.size)) + cache)
+        return out
+
     def merge_heads_forward(self, a):
         """a (B, H, T, D) -> (B*T, H*D). Free when a is a (B, T, H, D) buffer seen as
         (B, H, T, D), which is how the flash forward returns its output."""

@@ -270,6 +270,74 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
 
 
 # ----------------------------------------------------------------------------------------------
+# dropout: out = x * keep / (1 - p), keep drawn from a counter-based hash, so the mask is a pure
+# function of (key, element) and the CUDA twin (gpu/dropout.cu) draws the very same bits.
+#
+# Element g of the whole batch's flat array (g = offset + the element's flat index here) reads
+# byte g % 4 (bits 8(g % 4) .. 8(g % 4) + 7) of the 32-bit word h(g // 4), where
+# h(c) = fmix32(fmix32(c ^ k0) ^ k1) (murmur3's finaliser, twice, keyed), and is kept when that
+# byte is >= threshold = round(p 256): p is used to the nearest 1/256 (one hash serves 4 elements,
+# which halves the kernel's integer work against 16 bits each; benchmarks/kernels/dropout.py). The
+# kept ones are scaled by 256 / (256 - threshold), so the expectation is exactly x.
+# key = (k0, k1), two uint32 words (bytemodel.model.dropout_key makes them from seed, step and
+# site); offset is where this array starts in the whole batch, so a batch split over threads or
+# ranks draws the same mask as one piece.
+
+def _fmix32(x):
+    """murmur3's 32-bit finaliser on a uint32 array, in place (uint32 products wrap mod 2^32)."""
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x85EBCA6B)
+    x ^= x >> np.uint32(13)
+    x *= np.uint32(0xC2B2AE35)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def dropout_threshold(p):
+    """p in [0, 1) -> (threshold, scale): an element is kept when its byte >= threshold."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout p must be in [0, 1), got {p}")
+    thr = min(int(round(p * 256)), 255)
+    return thr, 256.0 / (256 - thr)
+
+
+def dropout_keep(n, key, offset, p):
+    """The mask of elements offset .. offset + n - 1: bool (n,), True where kept."""
+    c0, c1 = offset // 4, (offset + n + 3) // 4          # the words covering those elements
+    if offset < 0 or c1 > 2 ** 32:
+        raise ValueError("dropout counter outside 0 .. 2^32 words: batch too large")
+    thr, _ = dropout_threshold(p)
+    h = np.arange(c1 - c0, dtype=np.uint32)
+    h += np.uint32(c0)
+    h ^= np.uint32(key[0])
+    _fmix32(h)
+    h ^= np.uint32(key[1])
+    _fmix32(h)
+    s = offset - 4 * c0
+    return h.astype("<u4", copy=False).view(np.uint8)[s:s + n] >= thr   # byte l = bits 8l..8l+7
+
+
+def dropout_forward(x, p, key, offset=0, residual=None):
+    """x (N, C) -> out (N, C) = [residual +] x * keep * scale, cache (keep, scale).
+
+    p: drop probability in [0, 1) (used to the nearest 1/256); key: (k0, k1) uint32; offset:
+    x's first element's index in the whole batch. With `residual` (N, C) the residual stream's update in the same pass
+    (as rmsnorm_backward's residual=)."""
+    keep = dropout_keep(x.size, key, offset, p).reshape(x.shape)
+    scale = x.dtype.type(dropout_threshold(p)[1])
+    out = np.where(keep, x * scale, x.dtype.type(0))
+    if residual is not None:
+        out += residual
+    return out, (keep, scale)
+
+
+def dropout_backward(dout, cache):
+    """dout (N, C) -> dx (N, C) = dout * keep * scale (the same mask; fresh array)."""
+    keep, scale = cache
+    return np.where(keep, dout * scale, dout.dtype.type(0))
+
+
+# ----------------------------------------------------------------------------------------------
 # SwiGLU: h = [gate, up] (the fused projection), out = silu(gate) * up
 
 def swiglu_forward(h):

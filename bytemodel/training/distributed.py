@@ -431,20 +431,23 @@ class DataParallel:
         self.gshard = xp.zeros(self.S, dtype=m.grads.dtype)
 
     # ---------------------------------------------------------------- passes
-    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, counted: int | None = None):
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, counted: int | None = None,
+                      drop=None):
         """idx, targets: this rank's rows of the batch. Per-token losses of those rows; the grads
         (or, sharded, this rank's block of them) become the sum over ranks.
 
         mask: this rank's rows of a loss mask (host array), counted: the number of counted targets
-        in the whole batch; the mean is then over those, each rank weighted by its share."""
+        in the whole batch; the mean is then over those, each rank weighted by its share.
+        drop: the step's Dropout over the whole batch (this rank's rows draw their part of it)."""
         n, T = idx.shape
+        drop = None if drop is None else drop.rows(self.rows.start)
         if mask is None:
             self._tokens, self._masked = self.batch * T, False   # the whole batch, for mean_loss
-            losses = self.inner.loss_and_grad(idx, targets, weight * n / self.batch)
+            losses = self.inner.loss_and_grad(idx, targets, weight * n / self.batch, drop=drop)
         else:
             self._tokens, self._masked = counted, True
             share = int(np.count_nonzero(mask)) / counted
-            losses = self.inner.loss_and_grad(idx, targets, weight * share, mask)
+            losses = self.inner.loss_and_grad(idx, targets, weight * share, mask, drop=drop)
         if self.shard:
             self.world.reduce_scatter(self.gpad, self.gshard, "the gradient reduce-scatter")
         else:

@@ -28,7 +28,7 @@ from . import distributed
 from ..config import PRESETS, TrainConfig, preset as make_preset
 from ..corpus import build_corpus, open_corpus, sample_batch, eval_windows
 from ..errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
-from ..model import Model
+from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
 from .optim import LossScaler, lr_at
 from ..runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
@@ -196,6 +196,9 @@ def prepare(tc: TrainConfig, resume: bool = False):
             tc.preset = next((n for n, p in PRESETS.items() if p["d_model"] == out[4].d_model), "tiny")
         resolve(tc, resolve_device(tc.device))
         tc.validate()
+        if tc.dropout >= 0:   # given: the fine-tune's own; otherwise the parent's
+            from ..config import ModelConfig
+            out = (*out[:4], ModelConfig.from_dict({**out[4].to_dict(), "dropout": tc.dropout}), out[5])
         return out
     if run_dir is None:
         run_dir = _next_run_dir(tc.source)
@@ -223,7 +226,7 @@ def prepare(tc: TrainConfig, resume: bool = False):
     resolve(tc, resolve_device(tc.device), train_bytes, cores())
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
-    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx})
+    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout})
     return tc, run_dir, tok, corpus, cfg, None
 
 
@@ -413,8 +416,9 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
             mask = counted = None
         model.grads[...] = 0
         scale = scaler.scale
+        drop = Dropout(tc.seed, s) if cfg.dropout > 0 else None   # masks from (seed, step)
         losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale,   # summed over ranks
-                                      mask=mask, counted=counted)
+                                      mask=mask, counted=counted, drop=drop)
         lr = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio)
         ntok = tc.batch_size * T                    # the whole batch, over all ranks
         norm = runner.grad_norm_device()            # of the scaled gradients; no host wait

@@ -57,13 +57,14 @@ class CoreParallel:
         with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
             return fn()
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None):
+    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, drop=None):
         """Per-token losses (B*T,); grads += weight * d(mean loss)/d(params), as Model.loss_and_grad.
 
         mask (B, T) host array or None: the mean is over counted targets; each slice is weighted
-        by its share of them, so the slices' gradients add up to the whole batch's."""
+        by its share of them, so the slices' gradients add up to the whole batch's.
+        drop: the step's Dropout; each slice draws its rows' part of the masks."""
         if self.pool is None or idx.shape[0] == 1:
-            return self.model.loss_and_grad(idx, targets, weight, mask)
+            return self.model.loss_and_grad(idx, targets, weight, mask, drop)
         B = idx.shape[0]
         parts = self._slices(B)
         if mask is None:
@@ -73,7 +74,8 @@ class CoreParallel:
             shares = [(int(np.count_nonzero(mask[s])) / total, mask[s]) for s in parts]
 
         def work():
-            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * share, m)
+            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * share, m,
+                                     None if drop is None else drop.rows(s[0]))
                     for r, s, (share, m) in zip(self.replicas, parts, shares)]
             return [f.result() for f in futs]
         losses = self._run(work)

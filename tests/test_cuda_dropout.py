@@ -1,0 +1,86 @@
+"""gpu/dropout.cu against the NumPy reference: the same mask bit for bit, the same values to the
+compute dtype's rounding, and the GPU model's dropout gradients against the CPU model's.
+Skipped where CuPy or a GPU is absent (CI).
+
+Tolerances: the mask must agree exactly (both draw the same integer hash). Values: the kernel
+computes x * scale (+ residual) in fp32 from activations rounded to the compute dtype and rounds
+once, so it is within one rounding unit of the float64 reference on the same rounded inputs:
+2^-11 (fp16), 2^-8 (bf16) relative per element, 1e-6 for fp32 (one fp32 product and sum).
+"""
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+try:
+    _NGPU = cp.cuda.runtime.getDeviceCount()
+except Exception:  # no driver
+    _NGPU = 0
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+
+from bytemodel.model import Dropout, Model, dropout_key  # noqa: E402
+from bytemodel.ops import numpy_ops as ref  # noqa: E402
+
+UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp32": 1e-6}
+
+
+@pytest.fixture(scope="module", params=["fp16", "bf16", "fp32"])
+def ops(request):
+    from bytemodel.ops.cuda_ops import CudaBackend
+    try:
+        return CudaBackend(request.param)
+    except RuntimeError as e:  # bf16 without ml_dtypes
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("shape,offset", [((37, 130), 0), ((64, 96), 123456), ((16, 8), 6), ((3, 2), 10 ** 9 + 1)])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_mask_and_values_match_numpy(ops, shape, offset, p):
+    """Odd row counts; sizes and offsets that take the 8-wide kernel (size % 8 == 0, offset % 4
+    == 0) and the one-element kernel (the rest: an odd size, an offset inside a hash word)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(ops.act_dtype)
+    r = rng.standard_normal(shape).astype(ops.act_dtype)
+    key = dropout_key(7, 3, 5)
+    want, cache = ref.dropout_forward(x.astype(np.float64), p, key, offset, residual=r.astype(np.float64))
+    got, gcache = ops.dropout_forward(cp.asarray(x), p, key, offset, residual=cp.asarray(r))
+    got = cp.asnumpy(got).astype(np.float64)
+    # the mask, bit for bit: where the reference dropped, the GPU's output is the residual exactly
+    keep = cache[0]
+    np.testing.assert_array_equal(got[~keep], r.astype(np.float64)[~keep])
+    u = UNIT[ops.precision]   # one rounding of the result, plus fp32's on the product and the sum
+    terms = np.abs(x.astype(np.float64)) * cache[1] + np.abs(r.astype(np.float64))
+    assert np.all(np.abs(got - want) <= u * np.abs(want) + 1e-6 * terms), np.max(np.abs(got - want))
+    # the backward draws the same mask again: exact zeros where dropped, dout * scale elsewhere
+    d = rng.standard_normal(shape).astype(ops.act_dtype)
+    gd = cp.asnumpy(ops.dropout_backward(cp.asarray(d), gcache)).astype(np.float64)
+    wd = ref.dropout_backward(d.astype(np.float64), cache)
+    assert np.array_equal(gd == 0, ~keep | (d == 0))
+    assert np.all(np.abs(gd - wd) <= u * np.abs(wd))
+    # without the residual: the embedding's form
+    g2 = cp.asnumpy(ops.dropout_forward(cp.asarray(x), p, key, offset)[0]).astype(np.float64)
+    assert np.array_equal(g2 == 0, ~keep | (x == 0))
+
+
+def test_gpu_model_dropout_gradients_match_cpu():
+    """fp32 GPU model against the float64 CPU model, same weights, batch and masks: the
+    gradients agree to fp32 precision (1e-4 per tensor, norm-relative; without the same masks
+    they differ by order 1, checked too)."""
+    from bytemodel.config import ModelConfig
+    from bytemodel.model import views
+    from bytemodel.ops.cuda_ops import CudaBackend
+    cfg = ModelConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=2, d_ff=96, context=32, dropout=0.3)
+    cpu = Model(cfg, dtype=np.float64)
+    cpu.init_weights(0)
+    gpu = Model(cfg, CudaBackend("fp32"))
+    gpu.load_flat(cpu.params.astype(np.float32))
+    idx = np.random.default_rng(2).integers(0, 50, size=(3, 32))
+    cpu.loss_and_grad(idx, idx, drop=Dropout(1, 9))
+    gpu.loss_and_grad(cp.asarray(idx), cp.asarray(idx), drop=Dropout(1, 9))
+    g = views(cp.asnumpy(gpu.grads).astype(np.float64), cfg)
+    for name, a in views(cpu.grads, cfg).items():
+        err = np.linalg.norm(g[name] - a) / (np.linalg.norm(a) + 1e-30)
+        assert err < 1e-4, (name, err)
+    other = Model(cfg, dtype=np.float64)
+    other.load_flat(cpu.params)
+    other.loss_and_grad(idx, idx, drop=Dropout(1, 10))
+    assert np.linalg.norm(other.grads - cpu.grads) > 1e-2 * np.linalg.norm(cpu.grads)

@@ -1,0 +1,154 @@
+"""Dropout: the mask's rule checked by hand, the op's gradient, the model's gradients with a fixed
+mask (float64), the masks of a batch split over threads, off outside training, exact resume."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bytemodel import ModelConfig
+from bytemodel.errors import ConfigError
+from bytemodel.gradcheck import check_model, tiny_config
+from bytemodel.model import Dropout, Model, dropout_key
+from bytemodel.ops import numpy_ops as o
+
+
+def _fmix32(x: int) -> int:   # murmur3's finaliser written out on Python ints
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & 0xFFFFFFFF
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def test_mask_is_the_written_rule():
+    """Element g takes byte g % 4 of fmix32(fmix32(g // 4 ^ k0) ^ k1), kept when >= round(256 p)."""
+    key, p, offset, n = (0x12345678, 0x9ABCDEF0), 0.3, 10, 41
+    thr = round(p * 256)
+    want = []
+    for g in range(offset, offset + n):
+        h = _fmix32(_fmix32((g // 4) ^ key[0]) ^ key[1])
+        want.append(((h >> 8 * (g % 4)) & 0xFF) >= thr)
+    np.testing.assert_array_equal(o.dropout_keep(n, key, offset, p), want)
+
+
+def test_keep_fraction_and_scale():
+    """Over 2M elements the kept share is 1 - p within 5 standard errors, and the scale makes the
+    mean of ones 1 within the same bound."""
+    n, p = 2_000_000, 0.2
+    x = np.ones((n // 1000, 1000), dtype=np.float64)
+    out, _ = o.dropout_forward(x, p, dropout_key(0, 0, 0))
+    kept = np.count_nonzero(out) / n
+    se = np.sqrt(p * (1 - p) / n)
+    assert abs(kept - (1 - p)) < 5 * se
+    assert abs(out.mean() - 1) < 5 * se / (1 - p)
+    # keys differ: another step's mask is (nearly) independent of this one's
+    other = o.dropout_keep(n, dropout_key(0, 1, 0), 0, p)
+    both = np.count_nonzero(other & (out.reshape(-1) != 0)) / n
+    assert abs(both - (1 - p) ** 2) < 5 * se
+
+
+def test_offset_draws_the_piece_of_the_whole():
+    key = dropout_key(3, 7, 2)
+    whole = o.dropout_keep(1000, key, 0, 0.5)
+    for start in (400, 401, 403):   # any start, not only a multiple of the hash's 4 elements
+        np.testing.assert_array_equal(o.dropout_keep(1000 - start, key, start, 0.5), whole[start:])
+
+
+def test_op_backward_against_finite_differences():
+    """The op is linear in x with the mask fixed: the backward is exact to round-off in float64."""
+    rng = np.random.default_rng(0)
+    x, r, dout = (rng.standard_normal((5, 6)) for _ in range(3))
+    key, p = dropout_key(1, 2, 3), 0.4
+    f = lambda x: float(np.sum(o.dropout_forward(x, p, key, 2, residual=r)[0] * dout))  # noqa: E731
+    out, cache = o.dropout_forward(x, p, key, 2, residual=r)
+    dx = o.dropout_backward(dout, cache)
+    eps = 1e-6
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        num[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    np.testing.assert_allclose(dx, num, rtol=1e-7, atol=1e-9)   # float64 round-off over eps
+    keep = o.dropout_keep(x.size, key, 2, p).reshape(x.shape)
+    assert 0 < keep.sum() < keep.size
+    np.testing.assert_allclose(out - r, np.where(keep, x / (1 - round(p * 256) / 256), 0), rtol=1e-12)
+
+
+def test_model_gradients_with_a_fixed_mask():
+    """Every tensor against finite differences in float64, the masks held fixed (same Dropout)."""
+    cfg = tiny_config(dropout=0.3)
+    worst = max(c.max_rel_error for c in check_model(cfg, per_tensor=4, drop=Dropout(5, 11)))
+    assert worst <= 1e-4, worst
+    # and the dropout really acts: the loss differs from the one without masks
+    m = Model(cfg, dtype=np.float64)
+    m.init_weights(0)
+    idx = np.arange(2 * cfg.context).reshape(2, -1) % cfg.vocab_size
+    plain = m.forward(idx, idx)
+    assert not np.allclose(m.forward(idx, idx, drop=Dropout(5, 11)), plain)
+    # off at evaluation: no Dropout given, the same losses as a model with dropout 0
+    m0 = Model(tiny_config(dropout=0.0), dtype=np.float64)
+    m0.params[:] = m.params
+    np.testing.assert_array_equal(m0.forward(idx, idx), plain)
+
+
+def test_slices_draw_the_masks_of_the_whole_batch():
+    """Two threads, each on half the batch, give the gradient of one piece (float32 sums aside)."""
+    from bytemodel.training.runner import CoreParallel
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=48, context=16, dropout=0.25)
+    rng = np.random.default_rng(1)
+    idx = rng.integers(0, 40, size=(4, 16))
+    grads = []
+    for workers in (1, 2):
+        m = Model(cfg)
+        m.init_weights(0)
+        CoreParallel(m, workers).loss_and_grad(idx, idx, drop=Dropout(0, 3))
+        grads.append(m.grads.copy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)   # float32 sums, in another order
+    m = Model(cfg)
+    m.init_weights(0)
+    m.loss_and_grad(idx, idx, drop=Dropout(0, 4))       # another step: other masks, other gradient
+    assert not np.allclose(m.grads, grads[0], rtol=1e-2, atol=1e-4)
+
+
+def test_dropout_setting_is_checked():
+    assert ModelConfig.from_dict({"d_model": 64}).dropout == 0.0   # a checkpoint from before it
+    for bad in (-0.1, 0.95, float("nan"), True):
+        with pytest.raises(ConfigError):
+            ModelConfig(dropout=bad)
+
+
+def test_resume_with_dropout_is_bit_identical(tmp_path, dna_file, fast_settings):
+    """The masks come from (seed, step): stopping at step 5 and resuming ends on the same weights;
+    the same run without dropout ends elsewhere (so the masks were really applied)."""
+    import bytemodel
+    from bytemodel import checkpoint as ck
+    s = {**fast_settings, "dropout": 0.2}
+    straight = bytemodel.train(dna_file, tmp_path / "a", steps=9, **s)
+    bytemodel.train(dna_file, tmp_path / "b", steps=9, stop_at=5, **s)
+    resumed = bytemodel.train(None, tmp_path / "b", resume=True)
+    a, b = ck.load(straight.checkpoint), ck.load(resumed.checkpoint)
+    assert a.cfg.dropout == 0.2 and np.array_equal(a.params, b.params) and np.array_equal(a.m, b.m)
+    plain = bytemodel.train(dna_file, tmp_path / "c", steps=9, **{**fast_settings, "dropout": 0.0})
+    assert not np.array_equal(ck.load(plain.checkpoint).params, a.params)
+
+
+def test_cli_dropout_flag(tmp_path, dna_file):
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout", "lots", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "error:" in r.output and "--dropout" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout", "0.95", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "dropout" in r.output
+
+
+def test_auto_dropout_rule():
+    from bytemodel.config import TrainConfig
+    from bytemodel.training.autoconf import auto_dropout, resolve
+    assert auto_dropout(1_000_000, "cuda") == 0.1 and auto_dropout(20_000_000, "cuda") == 0.0
+    assert auto_dropout(1_000_000, "cpu") == 0.0
+    tc = TrainConfig(source="x", dropout=-1, precision="bf16")   # precision given: no GPU asked
+    resolve(tc, "cuda", 1_000_000)
+    assert tc.dropout == 0.1
+    tc = TrainConfig(source="x", dropout=0.3, precision="bf16")   # given: kept
+    resolve(tc, "cuda", 1_000_000)
+    assert tc.dropout == 0.3
