@@ -14,8 +14,14 @@
 // Backward: one CTA = BN = 16 * MT * NW keys of one (b, kv-head), each warp 16 * MT keys; loops over all query
 // heads of the group and the query tiles (BM rows) at or after the diagonal, Q/dO/lse/delta double
 // buffered. dK, dV accumulate in registers (no atomics); dQ accumulates in an fp32 buffer through
-// atomics (red.global.add.v2.f32), already scaled: the fp32 accumulator is returned as dq
-// (qkv_rope_backward reads fp32 dq).
+// red.global.add.v2.f32, already scaled: the fp32 accumulator is returned as dq
+// (qkv_rope_backward reads fp32 dq). The adds into one query tile come in a fixed order, so the
+// sums are the same bits every run: a counter per (b, h, query tile) says how many key blocks
+// have added; key block nb adds once the blocks after it (nb + 1 .. the last that sees the tile)
+// have, then counts itself (an ordered reduction, as CUTLASS's serial split-K). The last key
+// blocks reach a tile first in their own loop (they start on the diagonal), so the wait is
+// rarely felt; a block only waits on blocks of a higher index, which start no later, so the
+// waits cannot deadlock.
 //
 // Only the kernels cuda_ops launches ship here (one forward and one backward per head dim); the
 // other tile configurations, kept for study and timing, are in benchmarks/kernels/.
@@ -60,6 +66,23 @@ __device__ __forceinline__ void cp_async16(act_t* s, const act_t* g, bool valid)
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// the ordered dQ reduction's counters (CUTLASS's generic barrier: acquire load, then release by
+// fence + relaxed add)
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int ld_relaxed(const int* p) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release(int* p, int v) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ u32 pack2(float a, float b) {
@@ -258,10 +281,12 @@ __device__ __forceinline__ void flash_fwd(
 }
 
 // ------------------------------------------------------------------------------------------------
-// delta[b, h, t] = sum_d dO * O (fp32), and zero the fp32 dQ accumulator row. One warp per row.
+// delta[b, h, t] = sum_d dO * O (fp32); zero the fp32 dQ accumulator row and, on a query tile's
+// first row (t % bm == 0, bm = the backward's BM), the tile's counter dq_sem[b, h, t / bm]
+// (B*H*ceil(T / bm) ints, then the backward's CTA ticket). One warp per row.
 extern "C" __global__ void flash_bwd_pre(
     const act_t* __restrict__ dO, const act_t* __restrict__ O, float* __restrict__ delta,
-    float* __restrict__ dq_acc, int H, int T, int D,
+    float* __restrict__ dq_acc, int* __restrict__ dq_sem, int bm, int H, int T, int D,
     i64 dsb, i64 dsh, i64 dst, i64 osb, i64 osh, i64 ost, long long rows) {
     i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -278,18 +303,23 @@ extern "C" __global__ void flash_bwd_pre(
     }
     acc = warp_sum(acc);
     if (lane == 0) delta[row] = acc;
+    if (lane == 0 && t % bm == 0) dq_sem[bh * ((T + bm - 1) / bm) + t / bm] = 0;
+    if (lane == 0 && row == 0) dq_sem[rows / T * ((T + bm - 1) / bm)] = 0;   // the CTA ticket
 }
 
 // Backward. Each warp owns MT m-tiles of 16 keys (BN = 16 * MT * NW keys per CTA): every Q / dO
-// fragment read from shared memory feeds MT products, and dQ gets one atomic per BN keys.
-template <int D, int BM, int MT, int NW>
+// fragment read from shared memory feeds MT products, and dQ gets one add per BN keys.
+// ORDER: 1 = the ordered dQ reduction (what ships: the same bits every run), 2 = the same with
+// the counter read early (relaxed) and re-read only if it was not ready, 0 = unordered adds
+// (the previous kernel, kept in benchmarks/kernels/ for timing only). TICKET below.
+template <int D, int BM, int MT, int NW, int ORDER, int TICKET>
 __device__ __forceinline__ void flash_bwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
-    float* __restrict__ dQacc, act_t* __restrict__ dK, act_t* __restrict__ dV,
+    float* __restrict__ dQacc, int* __restrict__ dQsem, act_t* __restrict__ dK, act_t* __restrict__ dV,
     int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2) {
+    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {
     constexpr int BN = 16 * MT * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
     constexpr int RG = BM / 16, CG = NW / RG, DC = D / CG;   // dQ: row groups x column groups
     static_assert(RG * CG == NW && DC % 16 == 0, "dQ warp tiling");
@@ -302,7 +332,21 @@ __device__ __forceinline__ void flash_bwd(
     float* sL = reinterpret_cast<float*>(sdS + BN * SP);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                              // [2][BM] delta
 
-    const int nb = blockIdx.x, bk = blockIdx.y, b = bk / KH, kh = bk % KH, G = H / KH;
+    // The CTA's place, group by group (b, kv-head), each group's key blocks heaviest (nb = 0)
+    // first or, when a group has more key blocks than surely fit on the GPU at once, lightest
+    // first (then every block waits only on blocks that started before it). Same sums either
+    // way. TICKET: places in the order CTAs really start (a counter), instead of blockIdx
+    // (dispatched in index order in practice, not by promise).
+    int ticket = blockIdx.y * gridDim.x + blockIdx.x;
+    if (TICKET) {
+        __shared__ int s_ticket;
+        if (threadIdx.x == 0) s_ticket = atomicAdd(dQsem + (i64)(gridDim.y / KH) * H * ((T + BM - 1) / BM), 1);
+        __syncthreads();
+        ticket = s_ticket;
+    }
+    const int nkb = gridDim.x;
+    const int bk = ticket / nkb, nb = heavy_first ? ticket % nkb : nkb - 1 - ticket % nkb;
+    const int b = bk / KH, kh = bk % KH, G = H / KH;
     const int n0 = nb * BN, offset = S - T;
     const act_t* k = Kg + b * ksb + kh * ksh;
     const act_t* v = Vg + b * vsb + kh * vsh;
@@ -320,6 +364,7 @@ __device__ __forceinline__ void flash_bwd(
         return;
     }
     const int iters = G * nmt;
+    const int nqt = (T + BM - 1) / BM;   // query tiles
 
     auto load_stage = [&](int it, int st) {
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
@@ -358,6 +403,8 @@ __device__ __forceinline__ void flash_bwd(
             cp_wait<0>();
         }
         __syncthreads();
+        int seen = 0;   // ORDER 2: the counter, read early
+        if (ORDER == 2 && threadIdx.x == 0) seen = ld_relaxed(dQsem + ((i64)b * H + hq) * nqt + m0 / BM);
         const act_t* cQ = sQ + st * BM * SD;
         const act_t* cdO = sdO + st * BM * SD;
         const float* cL = sL + st * BM;
@@ -446,6 +493,15 @@ __device__ __forceinline__ void flash_bwd(
                 }
             }
         }
+        // this tile's counter: the key blocks nb + 1 .. the last that sees the tile add before this one
+        int* sem = dQsem + ((i64)b * H + hq) * nqt + m0 / BM;
+        const int want = min(nkb - 1, (m0 + BM + offset - 1) / BN) - nb;
+        if (ORDER == 1 && threadIdx.x == 0) {
+            while (ld_acquire(sem) != want) __nanosleep(32);
+        } else if (ORDER == 2 && threadIdx.x == 0) {
+            while (seen != want) { __nanosleep(32); seen = ld_relaxed(sem); }
+            asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+        }
         __syncthreads();
         // dQ (BM x D) += dS (BM x BN) K (BN x D); warp -> 16 rows x DC columns
         {
@@ -478,6 +534,8 @@ __device__ __forceinline__ void flash_bwd(
             }
         }
         __syncthreads();
+        if (ORDER != 0 && threadIdx.x == 0)   // this block's adds are in
+            red_release(dQsem + ((i64)b * H + hq) * nqt + m0 / BM, 1);
     }
     // write dK (scaled) and dV, layout (B, K, S, D) contiguous
 #pragma unroll
@@ -513,18 +571,19 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { fla
 
 #define BWD_ARGS                                                                                  \
     const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \
-        const float *Delta, float *dQacc, act_t *dK, act_t *dV, int H, int KH, int T, int S,     \
+        const float *Delta, float *dQacc, int *dQsem, act_t *dK, act_t *dV, int H, int KH, int T, \
+        int S,                                                                                    \
         i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,          \
-        i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2
-#define BWD_PASS Q, K, V, dO, LSE, Delta, dQacc, dK, dV, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, \
-                 vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2
+        i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first
+#define BWD_PASS Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, \
+                 vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2, heavy_first
 
 // The backward kernels, one per head dim (cuda_ops.FLASH_BWD holds their tiles, BM x BN): BM = 32
 // query rows per tile; two 16-key m-tiles per warp (BN = 128) at head dims 32 and 64, one
 // (BN = 64) at head dim 128, where two would need more than 255 registers. Chosen by
 // benchmarks/attention.py.
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4, 1, 1>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 1>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4, 1, 1>(BWD_PASS); }
 
 #endif  // HAS_MMA

@@ -61,7 +61,7 @@ def tol(ops, factor=1.0):
 
 
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("V,C,B,T", [(67, 40, 3, 17), (320, 128, 2, 33), (67, 36, 2, 9)])  # rows, rows, atomic
+@pytest.mark.parametrize("V,C,B,T", [(67, 40, 3, 17), (320, 128, 2, 33), (67, 36, 2, 9), (9000, 16, 2, 33)])  # rows, rows, sorted (C % 8), sorted (V > 8192)
 def test_embedding(ops, V, C, B, T):
     rng = np.random.default_rng(1)
     w, wd = rnd(ops, rng, (V, C))
@@ -195,7 +195,7 @@ def test_cross_entropy(ops, N, V):
 
 @pytest.mark.parametrize("N,V", [(33, 67), (100, 320), (5, 1000)])
 def test_cross_entropy_masked(ops, N, V):
-    """The masked kernels (gpu/ce_mask.cu) against NumPy: kept rows as unmasked, masked rows loss
+    """The masked kernels (gpu/cross_entropy.cu with a mask) against NumPy: kept rows as unmasked, masked rows loss
     0 and a gradient row of exact zeros even where dlosses is not 0."""
     rng = np.random.default_rng(10)
     x, xd = rnd(ops, rng, (N, V), 3.0)

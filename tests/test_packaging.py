@@ -59,5 +59,5 @@ def test_wheel_holds_modules_kernels_and_catalogue(tmp_path):
 def test_resources_found_from_the_source_tree():
     """With PYTHONPATH=<checkout> (no install) the CUDA sources and the catalogue are found."""
     from bytemodel.resources import datasets_dir, gpu_dir
-    assert (gpu_dir() / "kernels.cu").is_file() and (gpu_dir() / "common.cuh").is_file()
+    assert (gpu_dir() / "rmsnorm.cu").is_file() and (gpu_dir() / "common.cuh").is_file()
     assert (datasets_dir() / "catalogue.json").is_file()

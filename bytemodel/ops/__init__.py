@@ -15,7 +15,6 @@ OPS = (
     "embedding_forward", "embedding_backward",
     "rmsnorm_forward", "rmsnorm_backward",
     "matmul_forward", "matmul_backward",
-    "rope_forward", "rope_backward",
     "qkv_rope_forward", "qkv_rope_backward",
     "merge_heads_forward", "merge_heads_backward",
     "attention_forward", "attention_backward",
@@ -40,8 +39,10 @@ ATTRIBUTES = (
     "xp",                       # the array module (numpy, cupy)
     "cpu_threads",              # True: batch slices may run on CPU threads (parallel.CoreParallel)
 )
-REFERENCE_ONLY = ("rope_tables",   # host-side helpers of numpy_ops (RoPE tables are made on the host)
-                  "dropout_threshold", "dropout_keep")   # the mask's rule, which the CUDA twin reproduces
+# host-side helpers of numpy_ops: RoPE tables are made on the host; the plain rotation
+# (rope_forward / rope_backward) is the oracle the fused qkv_rope pair is built from; the dropout
+# mask's rule, which the CUDA twin reproduces
+REFERENCE_ONLY = ("rope_tables", "rope_forward", "rope_backward", "dropout_threshold", "dropout_keep")
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "fp16", "bf16")

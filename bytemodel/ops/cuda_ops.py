@@ -2,7 +2,14 @@
 kernels (gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture).
 
 Same op names and signatures as the NumPy reference (the oracle); the model never branches on the
-device. This is the only module that imports CuPy.
+device. The kernels live one op to a file: gpu/embedding.cu, rmsnorm.cu, rope.cu, flash_attn.cu,
+swiglu.cu, residual.cu, cross_entropy.cu, optim.cu (decode.cu is cuda_decode's).
+
+Deterministic: the same inputs give the same bits on the same GPU model, every run. No kernel
+adds floating-point numbers with atomics in an order that can change (the embedding backward
+sums each row in one block, RMSNorm's dg goes through per-block partial rows summed in block
+order, FlashAttention's dQ adds come in key-block order through counters, the norm is a fixed
+tree), and cuBLAS runs with atomics not allowed on one stream (_deterministic_cublas).
 
 Precision (`CudaBackend(precision)`):
     fp16  activations and compute weights in float16, every product on tensor cores with fp32
@@ -47,6 +54,7 @@ _OP_N, _OP_T = 0, 1
 _COMPUTE_32F = 68
 _R_32F, _R_16F, _R_16BF = 0, 2, 14
 _GEMM_DEFAULT = -1
+_ATOMICS_NOT_ALLOWED = 0
 
 _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
 # The FlashAttention kernels of flash_attn.cu, one per head dim: head dim -> (BM, BN) tiles.
@@ -106,6 +114,11 @@ def _f32(x):
     return np.float32(x)
 
 
+def _ptr(a):
+    """A device array as a kernel argument, or a null pointer for None (an optional input)."""
+    return np.uint64(0) if a is None else a
+
+
 def _blocks(total: int, per: int = 256, cap: int = 132 * 16) -> int:
     return max(1, min(cap, (total + per - 1) // per))
 
@@ -138,13 +151,24 @@ class CudaBackend:
         self._cw = None                 # compute-dtype copy of the master weights
         self._cw_fresh = None           # data pointer of the params adamw_step last cast into _cw
         self._norm_partial = None
+        self._bufs: dict = {}           # _scratch buffers (the RMSNorm backward's dg partials)
         self.sm_count = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self._det_handle = None
+        self._deterministic_cublas(cp.cuda.device.get_cublas_handle())
 
     # ------------------------------------------------------------------ plumbing
-    def _fn(self, name: str, file: str = "kernels.cu"):
-        if name not in self._fns:
-            self._fns[name] = _module(file, self.precision).get_function(name)
-        return self._fns[name]
+    def _fn(self, name: str, file: str):
+        """Kernel `name` of gpu/`file` (one file per op: the file names are the op table)."""
+        if (file, name) not in self._fns:
+            self._fns[file, name] = _module(file, self.precision).get_function(name)
+        return self._fns[file, name]
+
+    def _scratch(self, key: str, n: int, dtype):
+        """A reusable device buffer of at least n elements (n of them returned), one per key."""
+        buf = self._bufs.get(key)
+        if buf is None or buf.size < n:
+            buf = self._bufs[key] = cp.empty((max(n, 1),), dtype=dtype)
+        return buf[:n]
 
     def asarray(self, a, dtype=None):
         return cp.asarray(a, dtype=dtype)
@@ -156,9 +180,12 @@ class CudaBackend:
         """What computes here: device, precision, the GPU and the CuPy version."""
         dev = cp.cuda.Device()
         name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"]
+        get_mode = getattr(_cublas, "getAtomicsMode", None)
+        handle = cp.cuda.device.get_cublas_handle()
         return {"device": "cuda", "precision": self.precision,
                 "gpu": name.decode() if isinstance(name, bytes) else str(name),
-                "sm_count": int(dev.attributes["MultiProcessorCount"]), "cupy": cp.__version__}
+                "sm_count": int(dev.attributes["MultiProcessorCount"]), "cupy": cp.__version__,
+                "cublas_atomics": None if get_mode is None else int(get_mode(handle))}
 
     def activation_dtype(self, master_dtype):
         """The dtype activations are computed in: the precision's (fp16, bf16, fp32)."""
@@ -186,12 +213,25 @@ class CudaBackend:
             self._cw = self._empty((n,))
             self._cw_fresh = None
         if self._cw_fresh != flat.data.ptr:     # not written by the last adamw_step
-            self._fn("cast_f32_act")((_blocks(n // 4),), (256,),
+            self._fn("cast_f32_act", "optim.cu")((_blocks(n // 4),), (256,),
                                       (cp.ascontiguousarray(flat, dtype=cp.float32), self._cw, _i64(n)))
         self._cw_fresh = None                   # cast again next time unless a step writes it
         return self._cw
 
     # ------------------------------------------------------------------ cuBLAS
+    def _deterministic_cublas(self, handle):
+        """cuBLAS without atomics (CUBLAS_ATOMICS_NOT_ALLOWED, also its default), set on every
+        handle this backend multiplies through. cuBLAS promises the same bits at every run on
+        GPUs of one architecture and SM count for one toolkit version, with one stream active
+        and atomics not allowed; its split-K GEMMs then reduce through a workspace in a fixed
+        order. Training issues everything on one stream."""
+        if handle == self._det_handle:
+            return
+        set_mode = getattr(_cublas, "setAtomicsMode", None)
+        if set_mode is not None:
+            set_mode(handle, _ATOMICS_NOT_ALLOWED)
+        self._det_handle = handle
+
     @staticmethod
     def _desc(x):
         """2-D array -> (row_major, ld) in elements, or None if neither layout."""
@@ -234,6 +274,7 @@ class CudaBackend:
             first, f_op, f_ld, f_t = a, (_OP_T if ra else _OP_N), lda, a.dtype
             second, s_op, s_ld, s_t = b, (_OP_T if rb else _OP_N), ldb, b.dtype
         handle = cp.cuda.device.get_cublas_handle()
+        self._deterministic_cublas(handle)
         _cublas.setPointerMode(handle, 0)
         beta_p = self._beta1 if beta == 1.0 else (self._beta0 if beta == 0.0 else
                                                   np.full(1, beta, dtype=np.float32))
@@ -260,25 +301,33 @@ class CudaBackend:
         B, T = idx.shape
         C = wte.shape[1]
         out = self._empty((B, T, C))
-        self._fn("embedding_fwd")((_blocks(B * T * C),), (256,),
+        self._fn("embedding_fwd", "embedding.cu")((_blocks(B * T * C),), (256,),
                                   (self._act(wte), idx, out, _i64(B * T), _i32(C)))
         return out, idx
 
     def embedding_backward(self, dout, cache, dwte):
-        """dout (B, T, C); dwte (V, C) fp32 += scatter-add of dout rows at idx."""
+        """dout (B, T, C); dwte (V, C) fp32 += the sum of the dout rows at each id.
+
+        Deterministic: each vocabulary row is summed by one block, its positions in increasing
+        order, no atomics. V <= 8192 and C % 8 == 0 (every preset): a block per row scans the ids
+        (embedding_bwd_rows); otherwise the positions are sorted by id first (CuPy's argsort,
+        a radix sort: the same order every run) and a thread per (row, column) sums its slice."""
         idx = cache
         C = dout.shape[-1]
         n = idx.size
         assert dwte.flags.c_contiguous and dwte.dtype == np.float32
         V = dwte.shape[0]
         if C % 8 == 0 and C <= 8 * 1024 and V <= 8192:
-            # one block per vocabulary row: deterministic, no atomic contention
             threads = max(256, min(1024, (C // 8 + 31) // 32 * 32))
-            self._fn("embedding_bwd_rows")((V,), (threads,),
-                                           (self._act(dout), idx, dwte, _i64(n), _i32(C)))
-        else:
-            self._fn("embedding_bwd")((_blocks(n * C),), (256,),
-                                      (self._act(dout), idx, dwte, _i64(n), _i32(C)))
+            self._fn("embedding_bwd_rows", "embedding.cu")((V,), (threads,),
+                                                           (self._act(dout), idx, dwte, _i64(n), _i32(C)))
+            return
+        flat = idx.reshape(-1)
+        order = cp.argsort(flat).astype(cp.int32)                     # (n,) positions by id
+        starts = cp.searchsorted(flat[order], cp.arange(V + 1, dtype=cp.int32)).astype(cp.int32)
+        threads = min(256, (C + 31) // 32 * 32)
+        self._fn("embedding_bwd_sorted", "embedding.cu")((V, (C + threads - 1) // threads), (threads,),
+                                                         (self._act(dout), order, starts, dwte, _i32(C)))
 
     # ------------------------------------------------------------------ RMSNorm
     def rmsnorm_forward(self, x, g, eps):
@@ -289,7 +338,7 @@ class CudaBackend:
         out = self._empty((N, C))
         rstd = cp.empty((N,), dtype=cp.float32)
         name = "rmsnorm_fwd_v8" if C % 8 == 0 else "rmsnorm_fwd"
-        self._fn(name)(((N + 7) // 8,), (256,), (x, g, out, rstd, _i64(N), _i32(C), _f32(eps)))
+        self._fn(name, "rmsnorm.cu")(((N + 7) // 8,), (256,), (x, g, out, rstd, _i64(N), _i32(C), _f32(eps)))
         return out, (x, rstd, g)
 
     def rmsnorm_backward(self, dout, cache, dg, residual=None):
@@ -303,13 +352,19 @@ class CudaBackend:
         N, C = x.shape
         dx = self._empty((N, C))
         assert dg.flags.c_contiguous and dg.dtype == np.float32
-        rpb = 64                     # rows per block: one dg atomic per column per 64 rows
+        rpb = 64                     # rows per block: one partial dg row per 64 rows
+        nblk = (N + rpb - 1) // rpb
+        partial = self._scratch("rmsnorm_dg", nblk * C, cp.float32)   # (nblk, C)
         if C % 8 == 0 and C <= 1024:  # dg partials in registers (every preset's width)
-            name, smem = f"rmsnorm_bwd_r{(C + 255) // 256}", 8 * 4 * C
-        else:                         # any other width: dg partials through shared-memory atomics
-            name, smem = "rmsnorm_bwd", 4 * C
-        self._fn(name)(((N + rpb - 1) // rpb,), (256,),
-                       (dout, x, rstd, g, dx, dg, _i64(N), _i32(C), _i32(rpb), res), shared_mem=smem)
+            self._fn(f"rmsnorm_bwd_r{(C + 255) // 256}", "rmsnorm.cu")(
+                (nblk,), (256,), (dout, x, rstd, g, dx, partial, _i64(N), _i32(C), _i32(rpb), res),
+                shared_mem=8 * 4 * C)
+        else:                         # any other width: dx, then the partials column by column
+            self._fn("rmsnorm_bwd", "rmsnorm.cu")(
+                (nblk,), (256,), (dout, x, rstd, g, dx, _i64(N), _i32(C), _i32(rpb), res))
+            self._fn("rmsnorm_dg_part", "rmsnorm.cu")(
+                (nblk, (C + 255) // 256), (256,), (dout, x, rstd, partial, _i64(N), _i32(C), _i32(rpb)))
+        self._fn("rmsnorm_dg_reduce", "rmsnorm.cu")(((C + 31) // 32,), (256,), (partial, _i32(nblk), _i32(C), dg))
         return dx
 
     # ------------------------------------------------------------------ matmul (cuBLAS)
@@ -325,18 +380,7 @@ class CudaBackend:
         dx = self._empty((dout.shape[0], w.shape[0]))
         return self._gemm(dout, w.T, dx)
 
-    # ------------------------------------------------------------------ RoPE / heads
-    def rope_forward(self, x, cos, sin):
-        """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D) (CuPy expression, not hot)."""
-        h = x.shape[-1] // 2
-        x1, x2 = x[..., :h], x[..., h:]
-        return cp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-
-    def rope_backward(self, dout, cos, sin):
-        h = dout.shape[-1] // 2
-        d1, d2 = dout[..., :h], dout[..., h:]
-        return cp.concatenate([d1 * cos + d2 * sin, d2 * cos - d1 * sin], axis=-1)
-
+    # ------------------------------------------------------------------ qkv split + RoPE
     def qkv_rope_forward(self, qkv, cos, sin, B, T, H, K):
         """qkv (B*T, (H + 2K) * D) -> q (B, H, T, D), k, v (B, K, T, D); rope on q, k."""
         qkv = self._act(qkv)
@@ -347,7 +391,7 @@ class CudaBackend:
             # strided (B, heads, T, D) views, which the attention kernels take as they are
             qk = self._empty((B * T, (H + K) * D))
             total = B * T * (H + K) * (D // 16)
-            self._fn("rope_qk_fwd_v8")((_blocks(total),), (256,),
+            self._fn("rope_qk_fwd_v8", "rope.cu")((_blocks(total),), (256,),
                                        (qkv, cos, sin, qk, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
             qk4 = qk.reshape(B, T, H + K, D)
             q = qk4[:, :, :H].transpose(0, 2, 1, 3)
@@ -359,7 +403,7 @@ class CudaBackend:
         v = self._empty((B, K, T, D))
         vw = 2 if D % 4 == 0 else 1    # elements per thread and half (D % 16 == 0 went above)
         total = B * T * (H + 2 * K) * (D // 2 // vw)
-        self._fn({2: "qkv_rope_fwd_v2", 1: "qkv_rope_fwd"}[vw])(
+        self._fn({2: "qkv_rope_fwd_v2", 1: "qkv_rope_fwd"}[vw], "rope.cu")(
             (_blocks(total),), (256,),
             (qkv, cos, sin, q, k, v, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
         return q, k, v
@@ -375,7 +419,7 @@ class CudaBackend:
             dk, dv = self._act(dk), self._act(dv)
             dqkv = self._empty((B * T, (H + 2 * K) * D))
             total = B * T * (H + 2 * K) * (D // 16)
-            self._fn("qkv_rope_bwd_v8_f32q")((_blocks(total),), (256,),
+            self._fn("qkv_rope_bwd_v8_f32q", "rope.cu")((_blocks(total),), (256,),
                                              (dq, dk, dv, cos, sin, dqkv, _i32(B), _i32(T), _i32(H),
                                               _i32(K), _i32(D)))
             return dqkv
@@ -383,7 +427,7 @@ class CudaBackend:
         dqkv = self._empty((B * T, (H + 2 * K) * D))
         vw = 8 if D % 16 == 0 else (2 if D % 4 == 0 else 1)    # elements per thread and half
         total = B * T * (H + 2 * K) * (D // 2 // vw)
-        self._fn({8: "qkv_rope_bwd_v8", 2: "qkv_rope_bwd_v2", 1: "qkv_rope_bwd"}[vw])(
+        self._fn({8: "qkv_rope_bwd_v8", 2: "qkv_rope_bwd_v2", 1: "qkv_rope_bwd"}[vw], "rope.cu")(
             (_blocks(total),), (256,),
             (dq, dk, dv, cos, sin, dqkv, _i32(B), _i32(T), _i32(H), _i32(K), _i32(D)))
         return dqkv
@@ -396,7 +440,7 @@ class CudaBackend:
         a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
         out = self._empty(a.shape)
         n8 = a.size // 8
-        self._fn("add_v8")((_blocks(n8),), (256,), (a, b, out, _i64(n8)))
+        self._fn("add_v8", "residual.cu")((_blocks(n8),), (256,), (a, b, out, _i64(n8)))
         return out
 
     def dropout_forward(self, x, p, key, offset=0, residual=None):
@@ -532,23 +576,30 @@ class CudaBackend:
         dout, ds = self._bhtd(self._act(dout) if dout.dtype != self.act_dtype else dout)
         out, os_ = self._bhtd(out)
         lse = cp.ascontiguousarray(lse, dtype=cp.float32)
+        fn, (BM, BN) = self._flash_kernel("bwd", D)
         rows = B * H * T
         delta = cp.empty((rows,), dtype=cp.float32)
         dq_acc = cp.empty((B, H, T, D), dtype=cp.float32)
+        # the ordered dQ reduction's counters, one per (b, h, query tile), and the CTA ticket
+        dq_sem = cp.empty((B * H * ((T + BM - 1) // BM) + 1,), dtype=cp.int32)
         self._fn("flash_bwd_pre", "flash_attn.cu")(
             ((rows + 7) // 8,), (256,),
-            (dout, out, delta, dq_acc, _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
+            (dout, out, delta, dq_acc, dq_sem, _i32(BM), _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
         dk = self._empty((B, K, S, D))
         dv = self._empty((B, K, S, D))
-        fn, (BM, BN) = self._flash_kernel("bwd", D)
+        nkb = (S + BN - 1) // BN
+        # a group's key blocks heaviest first while they surely fit on the GPU at once (one CTA
+        # per SM); else lightest first, where no block waits on one that started after it
+        heavy_first = nkb <= self.sm_count
         SD = D + 8
         smem = (2 * BN * SD + 4 * BM * SD + BN * (BM + 8)) * 2 + 4 * BM * 4
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale = 1.0 / math.sqrt(D)
-        fn(((S + BN - 1) // BN, B * K), (128,),
-           (q, k, v, dout, lse, delta, dq_acc, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
-            *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634)), shared_mem=smem)
+        fn((nkb, B * K), (128,),
+           (q, k, v, dout, lse, delta, dq_acc, dq_sem, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
+            *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634), _i32(heavy_first)),
+           shared_mem=smem)
         return dq_acc, dk, dv
 
     # the simple path: cuBLAS products and CuPy softmax, blocked over queries as the reference,
@@ -621,7 +672,7 @@ class CudaBackend:
         out = self._empty((N, F))
         vec = F % 8 == 0
         total = N * F // (8 if vec else 1)
-        self._fn("swiglu_fwd_v8" if vec else "swiglu_fwd")((_blocks(total),), (256,),
+        self._fn("swiglu_fwd_v8" if vec else "swiglu_fwd", "swiglu.cu")((_blocks(total),), (256,),
                                                            (h, out, _i64(N), _i32(F)))
         return out, h
 
@@ -634,7 +685,7 @@ class CudaBackend:
         dh = self._empty((N, F2))
         vec = F % 8 == 0
         total = N * F // (8 if vec else 1)
-        self._fn("swiglu_bwd_v8" if vec else "swiglu_bwd")((_blocks(total),), (256,),
+        self._fn("swiglu_bwd_v8" if vec else "swiglu_bwd", "swiglu.cu")((_blocks(total),), (256,),
                                                            (dout, h, dh, _i64(N), _i32(F)))
         return dh
 
@@ -642,18 +693,17 @@ class CudaBackend:
     def cross_entropy_forward(self, logits, targets, mask=None):
         """logits (N, V), targets (N,) int -> losses (N,) fp32 in nats, cache (logits, targets,
         row log-sum-exp, mask): no probability tensor is kept. mask (N,) or None: rows where it
-        is 0 get loss 0 and a zero gradient, and skip the softmax (kernels in gpu/ce_mask.cu)."""
+        is 0 get loss 0 and a zero gradient, and skip the softmax (gpu/cross_entropy.cu: the
+        mask is a pointer, null for none)."""
         logits = self._act(logits)
         targets = cp.ascontiguousarray(cp.asarray(targets), dtype=cp.int32)
         N, V = logits.shape
         losses = cp.empty((N,), dtype=cp.float32)
         lse = cp.empty((N,), dtype=cp.float32)
-        if mask is None:
-            self._fn("ce_fwd")(((N + 7) // 8,), (256,), (logits, targets, losses, lse, _i64(N), _i32(V)))
-        else:
+        if mask is not None:
             mask = (cp.asarray(mask).reshape(-1) != 0).astype(cp.uint8)
-            self._fn("ce_fwd_masked", "ce_mask.cu")(((N + 7) // 8,), (256,),
-                                                   (logits, targets, mask, losses, lse, _i64(N), _i32(V)))
+        self._fn("ce_fwd", "cross_entropy.cu")(((N + 7) // 8,), (256,),
+                                               (logits, targets, _ptr(mask), losses, lse, _i64(N), _i32(V)))
         return losses, (logits, targets, lse, mask)
 
     def cross_entropy_backward(self, dlosses, cache):
@@ -662,11 +712,8 @@ class CudaBackend:
         N, V = logits.shape
         dl = cp.ascontiguousarray(cp.asarray(dlosses), dtype=cp.float32)
         d = self._empty((N, V))
-        if mask is None:
-            self._fn("ce_bwd")((_blocks(N * V),), (256,), (logits, targets, lse, dl, d, _i64(N), _i32(V)))
-        else:
-            self._fn("ce_bwd_masked", "ce_mask.cu")((_blocks(N * V),), (256,),
-                                                    (logits, targets, mask, lse, dl, d, _i64(N), _i32(V)))
+        self._fn("ce_bwd", "cross_entropy.cu")((_blocks(N * V),), (256,),
+                                               (logits, targets, _ptr(mask), lse, dl, d, _i64(N), _i32(V)))
         return d
 
     def log_softmax(self, logits):
@@ -704,8 +751,8 @@ class CudaBackend:
         if self._norm_partial is None:
             self._norm_partial = cp.empty((nb,), dtype=cp.float32)
         out = cp.empty((), dtype=cp.float32)
-        self._fn("sumsq_partial")((nb,), (512,), (grads, _i64(n), self._norm_partial))
-        self._fn("sumsq_final")((1,), (1024,), (self._norm_partial, _i32(nb), out))
+        self._fn("sumsq_partial", "optim.cu")((nb,), (512,), (grads, _i64(n), self._norm_partial))
+        self._fn("sumsq_final", "optim.cu")((1,), (1024,), (self._norm_partial, _i32(nb), out))
         return out
 
     def adamw_step(self, params, grads, m, v, decay_mask, lr, beta1, beta2, eps, weight_decay,
@@ -732,7 +779,7 @@ class CudaBackend:
             norm_arg = np.uint64(0)
         else:
             norm_arg = norm
-        self._fn("adamw_step")((_blocks(n // 4, 256, self.sm_count * 8),), (256,),
+        self._fn("adamw_step", "optim.cu")((_blocks(n // 4, 256, self.sm_count * 8),), (256,),
                                (params, grads, m, v, decay_mask, pc, _i64(n), _f32(lr),
                                 _f32(beta1), _f32(beta2), _f32(eps), _f32(weight_decay),
                                 _f32(bc1), _f32(bc2), norm_arg, _f32(grad_scale), _f32(clip)))
