@@ -309,10 +309,15 @@ extern "C" __global__ void flash_bwd_pre(
 
 // Backward. Each warp owns MT m-tiles of 16 keys (BN = 16 * MT * NW keys per CTA): every Q / dO
 // fragment read from shared memory feeds MT products, and dQ gets one add per BN keys.
-// ORDER: 1 = the ordered dQ reduction (what ships: the same bits every run), 2 = the same with
-// the counter read early (relaxed) and re-read only if it was not ready, 0 = unordered adds
-// (the previous kernel, kept in benchmarks/kernels/ for timing only). TICKET below.
-template <int D, int BM, int MT, int NW, int ORDER, int TICKET>
+// ORDER, the dQ adds: 1 = ordered (what ships): the counter read with acquire right before the
+// adds, released (fence + add) right after them; 0 = unordered (the kernel before the ordered
+// reduction, different bits from run to run), 3 = ordered with the release of a tile deferred into
+// the next iteration and the counter read early (relaxed): both kept for timing in
+// benchmarks/kernels/flash_variants.cu only. TICKET below. PAIR (ORDER 1): query tiles per
+// counter: a block waits once, adds PAIR tiles' dQ, then counts itself, so PAIR times fewer waits
+// and fences (each costs a round trip to L2); the block after it in the order reaches the same
+// tiles BN / BM = 4 iterations later, so the wait is still rarely felt.
+template <int D, int BM, int MT, int NW, int ORDER, int TICKET, int PAIR>
 __device__ __forceinline__ void flash_bwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
@@ -322,6 +327,7 @@ __device__ __forceinline__ void flash_bwd(
     i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {
     constexpr int BN = 16 * MT * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
     constexpr int RG = BM / 16, CG = NW / RG, DC = D / CG;   // dQ: row groups x column groups
+    static_assert(PAIR == 1 || ORDER == 1, "several tiles per counter: ORDER 1 only");
     static_assert(RG * CG == NW && DC % 16 == 0, "dQ warp tiling");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     act_t* sK = reinterpret_cast<act_t*>(smem_raw);   // [BN][SD]
@@ -340,7 +346,7 @@ __device__ __forceinline__ void flash_bwd(
     int ticket = blockIdx.y * gridDim.x + blockIdx.x;
     if (TICKET) {
         __shared__ int s_ticket;
-        if (threadIdx.x == 0) s_ticket = atomicAdd(dQsem + (i64)(gridDim.y / KH) * H * ((T + BM - 1) / BM), 1);
+        if (threadIdx.x == 0) s_ticket = atomicAdd(dQsem + (i64)(gridDim.y / KH) * H * ((T + BM * PAIR - 1) / (BM * PAIR)), 1);
         __syncthreads();
         ticket = s_ticket;
     }
@@ -364,7 +370,7 @@ __device__ __forceinline__ void flash_bwd(
         return;
     }
     const int iters = G * nmt;
-    const int nqt = (T + BM - 1) / BM;   // query tiles
+    const int nqt = (T + BM - 1) / BM, nct = (T + BM * PAIR - 1) / (BM * PAIR);   // query tiles, counters
 
     auto load_stage = [&](int it, int st) {
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
@@ -403,8 +409,7 @@ __device__ __forceinline__ void flash_bwd(
             cp_wait<0>();
         }
         __syncthreads();
-        int seen = 0;   // ORDER 2: the counter, read early
-        if (ORDER == 2 && threadIdx.x == 0) seen = ld_relaxed(dQsem + ((i64)b * H + hq) * nqt + m0 / BM);
+        int seen = 0;   // ORDER 3: the counter, read early
         const act_t* cQ = sQ + st * BM * SD;
         const act_t* cdO = sdO + st * BM * SD;
         const float* cL = sL + st * BM;
@@ -457,6 +462,11 @@ __device__ __forceinline__ void flash_bwd(
                     sp[mt][nt][e] = p;
                     dp[mt][nt][e] = p * (dp[mt][nt][e] - cDl[qc]);
                 }
+        if (ORDER == 3 && threadIdx.x == 0) {
+            if (it > 0)   // the last tile's adds were issued before the last barrier: count them in
+                red_release(dQsem + ((i64)b * H + kh * G + (it - 1) / nmt) * nct + first + (it - 1) % nmt, 1);
+            seen = ld_relaxed(dQsem + ((i64)b * H + hq) * nct + m0 / BM);
+        }
         // dV += P^T dO ; dK += dS^T Q  (A from registers, B = dO / Q transposed from smem)
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
@@ -494,13 +504,14 @@ __device__ __forceinline__ void flash_bwd(
             }
         }
         // this tile's counter: the key blocks nb + 1 .. the last that sees the tile add before this one
-        int* sem = dQsem + ((i64)b * H + hq) * nqt + m0 / BM;
-        const int want = min(nkb - 1, (m0 + BM + offset - 1) / BN) - nb;
-        if (ORDER == 1 && threadIdx.x == 0) {
+        // (PAIR tiles share a counter: the last key block that sees any of them counts)
+        const int ti = m0 / BM, lt = min(ti / PAIR * PAIR + PAIR - 1, nqt - 1);
+        int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
+        const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
+        if (ORDER == 1 && threadIdx.x == 0 && (ti % PAIR == 0 || it % nmt == 0)) {   // a segment's first tile
             while (ld_acquire(sem) != want) __nanosleep(32);
-        } else if (ORDER == 2 && threadIdx.x == 0) {
+        } else if (ORDER == 3 && threadIdx.x == 0) {
             while (seen != want) { __nanosleep(32); seen = ld_relaxed(sem); }
-            asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
         }
         __syncthreads();
         // dQ (BM x D) += dS (BM x BN) K (BN x D); warp -> 16 rows x DC columns
@@ -534,9 +545,12 @@ __device__ __forceinline__ void flash_bwd(
             }
         }
         __syncthreads();
-        if (ORDER != 0 && threadIdx.x == 0)   // this block's adds are in
-            red_release(dQsem + ((i64)b * H + hq) * nqt + m0 / BM, 1);
+        if (ORDER == 1 && threadIdx.x == 0 && (m0 / BM % PAIR == PAIR - 1 || it % nmt == nmt - 1))
+            // this block's adds (of the segment's tiles) are in
+            red_release(dQsem + ((i64)b * H + hq) * nct + m0 / BM / PAIR, 1);
     }
+    if (ORDER == 3 && threadIdx.x == 0)   // the last tile's adds (issued before the loop's last barrier)
+        red_release(dQsem + ((i64)b * H + kh * G + (iters - 1) / nmt) * nct + first + (iters - 1) % nmt, 1);
     // write dK (scaled) and dV, layout (B, K, S, D) contiguous
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -564,7 +578,7 @@ __device__ __forceinline__ void flash_bwd(
 
 // The forward kernels, one per head dim (cuda_ops.FLASH_FWD holds their tiles, BM x BN): two
 // 16-row m-tiles per warp, BM = 128; BN = 64 keys per tile, 32 at head dim 128 (whose Q fragments
-// are re-read from shared memory instead of held in registers). Chosen by benchmarks/attention.py.
+// are re-read from shared memory instead of held in registers). Chosen by benchmarks/kernels/flash_attn.py.
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_d32(FWD_ARGS) { flash_fwd<32, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
@@ -581,9 +595,9 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { fla
 // The backward kernels, one per head dim (cuda_ops.FLASH_BWD holds their tiles, BM x BN): BM = 32
 // query rows per tile; two 16-key m-tiles per warp (BN = 128) at head dims 32 and 64, one
 // (BN = 64) at head dim 128, where two would need more than 255 registers. Chosen by
-// benchmarks/attention.py.
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4, 1, 1>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 1>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4, 1, 1>(BWD_PASS); }
+// benchmarks/kernels/flash_attn.py.
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4, 1, 0, 2>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 0, 2>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4, 1, 0, 2>(BWD_PASS); }
 
 #endif  // HAS_MMA

@@ -1,6 +1,6 @@
 // FlashAttention tile configurations kept for study and timing, not shipped (gpu/flash_attn.cu
 // ships one forward and one backward kernel per head dim). This file is appended to
-// gpu/flash_attn.cu's source by benchmarks/attention.py, which validates each variant against the
+// gpu/flash_attn.cu's source by benchmarks/kernels/flash_attn.py, which validates each variant against the
 // shipped kernel before timing it; benchmarks/README.md has the figures that chose the shipped ones.
 //
 // name: flash_{fwd|bwd}_{version}_d{head dim}; the tiles (BM x BN) are in attention.py's VARIANTS.
@@ -14,14 +14,15 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d128(FWD_ARGS) { 
 extern "C" __global__ void __launch_bounds__(128, 3) flash_fwd_v3_d64(FWD_ARGS) { flash_fwd<64, 2, 32, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v3_d128(FWD_ARGS) { flash_fwd<128, 2, 16, 4, false>(FWD_PASS); }
 // backward v1: one 16-key m-tile per warp (BN = 64), BM = 64 at head dims 32 and 64
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d32(BWD_ARGS) { flash_bwd<32, 64, 1, 4, 1, 1>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d64(BWD_ARGS) { flash_bwd<64, 64, 1, 4, 1, 1>(BWD_PASS); }
-// backward, the shipped tiles with the other dQ orders (template arguments ORDER, TICKET of
-// flash_bwd): "atomic" = unordered adds (the kernel before the ordered reduction: different bits
-// from run to run), "noticket" = the ordered reduction placed by blockIdx, "early" = the
-// counter read early, "early_noticket" both
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_atomic_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 0, 0>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_noticket_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 0>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_early_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 2, 1>(BWD_PASS); }
-extern "C" __global__ void __launch_bounds__(128) flash_bwd_early_noticket_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 2, 0>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d32(BWD_ARGS) { flash_bwd<32, 64, 1, 4, 1, 1, 1>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_v1_d64(BWD_ARGS) { flash_bwd<64, 64, 1, 4, 1, 1, 1>(BWD_PASS); }
+// backward, the shipped tiles (BM = 32, BN = 128, head dim 64) with other dQ orders (flash_bwd's
+// ORDER, TICKET, PAIR): "atomic" = unordered adds (the kernel before the ordered reduction:
+// different bits from run to run), "single" = one query tile per counter, "pair_ticket" = the
+// shipped two tiles per counter with CTAs placed by a ticket, "deferred" = each tile's release
+// deferred into the next iteration and the counter read early
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_atomic_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 0, 0, 1>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_single_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 0, 1>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_pair_ticket_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 1, 2>(BWD_PASS); }
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_deferred_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 3, 0, 1>(BWD_PASS); }
 #endif

@@ -57,12 +57,13 @@ _GEMM_DEFAULT = -1
 _ATOMICS_NOT_ALLOWED = 0
 
 _MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
-# The FlashAttention kernels of flash_attn.cu, one per head dim: head dim -> (BM, BN) tiles.
+# The FlashAttention kernels of flash_attn.cu, one per head dim: head dim -> tiles.
 # forward (flash_fwd_d{D}): BM query rows per CTA, BN keys per tile; backward (flash_bwd_d{D}):
-# BN keys per CTA, BM queries per tile. Chosen by benchmarks/attention.py on the H200, where the
-# other configurations (benchmarks/kernels/flash_variants.cu) are timed.
+# BN keys per CTA, BM queries per tile, and the query rows per dQ counter (two tiles: the ordered
+# dQ reduction's unit). Chosen by benchmarks/kernels/flash_attn.py on the H200, where the other
+# configurations (benchmarks/kernels/flash_variants.cu) are timed.
 FLASH_FWD = {32: (128, 64), 64: (128, 64), 128: (128, 32)}
-FLASH_BWD = {32: (32, 128), 64: (32, 128), 128: (32, 64)}
+FLASH_BWD = {32: (32, 128, 64), 64: (32, 128, 64), 128: (32, 64, 64)}
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
@@ -485,8 +486,8 @@ class CudaBackend:
         return self.flash and D in FLASH_FWD and q.dtype == self.act_dtype and k.dtype == self.act_dtype
 
     def _flash_kernel(self, kind: str, D: int):
-        """(kernel, (BM, BN)) of the FlashAttention kernel for "fwd" or "bwd" at head dim D.
-        (benchmarks/attention.py overrides it to time the variants kept for study.)"""
+        """(kernel, tiles) of the FlashAttention kernel for "fwd" (BM, BN) or "bwd" (BM, BN, rows per dQ counter)
+        (benchmarks/kernels/flash_attn.py overrides it to time the variants kept for study.)"""
         tiles = FLASH_FWD[D] if kind == "fwd" else FLASH_BWD[D]
         return self._fn(f"flash_{kind}_d{D}", "flash_attn.cu"), tiles
 
@@ -576,15 +577,15 @@ class CudaBackend:
         dout, ds = self._bhtd(self._act(dout) if dout.dtype != self.act_dtype else dout)
         out, os_ = self._bhtd(out)
         lse = cp.ascontiguousarray(lse, dtype=cp.float32)
-        fn, (BM, BN) = self._flash_kernel("bwd", D)
+        fn, (BM, BN, RC) = self._flash_kernel("bwd", D)
         rows = B * H * T
         delta = cp.empty((rows,), dtype=cp.float32)
         dq_acc = cp.empty((B, H, T, D), dtype=cp.float32)
-        # the ordered dQ reduction's counters, one per (b, h, query tile), and the CTA ticket
-        dq_sem = cp.empty((B * H * ((T + BM - 1) // BM) + 1,), dtype=cp.int32)
+        # the ordered dQ reduction's counters, one per (b, h, RC query rows), then a CTA ticket
+        dq_sem = cp.empty((B * H * ((T + RC - 1) // RC) + 1,), dtype=cp.int32)
         self._fn("flash_bwd_pre", "flash_attn.cu")(
             ((rows + 7) // 8,), (256,),
-            (dout, out, delta, dq_acc, dq_sem, _i32(BM), _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
+            (dout, out, delta, dq_acc, dq_sem, _i32(RC), _i32(H), _i32(T), _i32(D), *ds, *os_, _i64(rows)))
         dk = self._empty((B, K, S, D))
         dv = self._empty((B, K, S, D))
         nkb = (S + BN - 1) // BN

@@ -1,9 +1,15 @@
 """FlashAttention forward/backward TFLOP/s: ours (gpu/flash_attn.cu, and the study variants of
-benchmarks/kernels/flash_variants.cu) against PyTorch's scaled_dot_product_attention (flash
-backend) in the same run, fp16, causal.
+benchmarks/kernels/flash_variants.cu beside this file) against PyTorch's
+scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
 
-    python benchmarks/attention.py                 # the shapes of DESIGN.md
-    python benchmarks/attention.py --shapes 16,12,1024,64
+    python benchmarks/kernels/flash_attn.py                 # the shapes of DESIGN.md
+    python benchmarks/kernels/flash_attn.py --shapes 32,12,1024,64 64,6,512,64   # base, small
+
+Validation: every variant's output against the shipped kernel's (same math, another tiling:
+equal to fp16 rounding), the shipped kernel against NumPy in float64 in tests/; each backward
+variant is also called 3 times on the same inputs and its dQ, dK, dV bytes compared: `same bits`
+says whether they repeat (the shipped kernel's ordered dQ reduction must; the "atomic" variant,
+the kernel before it, in general does not).
 
 FLOPs (causal, FlashAttention's convention): forward 4*B*H*T*T*D / 2, backward 2.5x forward.
 Each timing: 3 warm-up runs, then the median of 20 samples of 5 back-to-back calls timed with
@@ -18,7 +24,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 SHAPES = [(16, 12, 1024, 64), (16, 12, 1024, 128), (16, 12, 4096, 64), (16, 12, 4096, 128)]
 
@@ -61,8 +67,9 @@ def median_ms_torch(fn, warm=3, reps=20):
 # the configurations kept for study (benchmarks/kernels/flash_variants.cu): (version, D) -> tiles
 VARIANTS_FWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64), ("v1", 128): (64, 64),
                 ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
-VARIANTS_BWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64)}
-VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "flash_variants.cu")
+VARIANTS_BWD = {("v1", 32): (64, 64, 64), ("v1", 64): (64, 64, 64), ("atomic", 64): (32, 128, 32),
+                ("single", 64): (32, 128, 32), ("pair_ticket", 64): (32, 128, 64), ("deferred", 64): (32, 128, 32)}
+VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
 
 def variant_backend():
@@ -88,9 +95,10 @@ def variant_backend():
     return Variants("fp16")
 
 
-def ours(B, H, T, D):
+def ours(B, H, T, D, same=None):
     """-> {("fwd"|"bwd", version): ms} for the shipped kernel ("shipped") and every study variant
-    of this head dim, each checked against the shipped kernel's output first."""
+    of this head dim, each checked against the shipped kernel's output first; same[version]:
+    whether the backward's bytes repeat over 3 calls."""
     import cupy as cp
     ops = variant_backend()
     rng = cp.random.default_rng(0)
@@ -113,6 +121,10 @@ def ours(B, H, T, D):
         ops.use = {"bwd": ver}
         g2 = ops.attention_backward(do, q, k, v, out, lse)
         assert all(close(a, b) for a, b in zip(g2, grads)), f"backward {ver} d{D} differs from the shipped kernel"
+        if same is not None:
+            first = [cp.asnumpy(a).tobytes() for a in g2]
+            same[ver] = all([cp.asnumpy(a).tobytes() for a in ops.attention_backward(do, q, k, v, out, lse)] == first
+                            for _ in range(2))
         res[("bwd", ver)] = median_ms_cupy(lambda: ops.attention_backward(do, q, k, v, out, lse))
     ops.use = {}
     res[("fwd", "default")] = res[("fwd", "shipped")]
@@ -146,13 +158,15 @@ def main():
     print(f"{'B,H,T,D':>18} | {'ours fwd':>9} {'bwd':>7} | {'SDPA fwd':>9} {'bwd':>7} | TFLOP/s; ratio fwd/bwd")
     for B, H, T, D in shapes:
         fl = 4.0 * B * H * T * T * D / 2
-        res = ours(B, H, T, D)
+        same = {}
+        res = ours(B, H, T, D, same)
         of, ob = res[("fwd", "default")], res[("bwd", "default")]
         r = dict(shape=[B, H, T, D], ours_fwd_ms=of, ours_bwd_ms=ob,
                  ours_fwd_tflops=fl / of / 1e9, ours_bwd_tflops=2.5 * fl / ob / 1e9,
                  versions={f"{p} {v}": (fl if p == "fwd" else 2.5 * fl) / ms / 1e9
-                           for (p, v), ms in res.items() if v != "default"})
+                           for (p, v), ms in res.items() if v != "default"}, same_bits=same)
         print("   versions (TFLOP/s): " + ", ".join(f"{k} {x:.1f}" for k, x in r["versions"].items()))
+        print("   backward bytes repeat over 3 calls: " + ", ".join(f"{k} {'yes' if x else 'NO'}" for k, x in same.items()))
         if not a.no_torch:
             try:
                 sf, sb = sdpa(B, H, T, D)
