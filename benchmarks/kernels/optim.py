@@ -5,7 +5,8 @@ passes) and one AdamW step, ours against the same math as CuPy expressions, in t
 
 Buffers: the preset's parameter count P (the flat fp32 layout). Bytes counted: the norm reads P
 floats; AdamW reads p, g, m, v and the decay mask and writes p, m, v and the compute copy.
-Checked against numpy_ops in float64 (the norm) and fp32 (AdamW, the reference's own dtype).
+Checked against numpy_ops: the norm in float64 over the whole buffer, AdamW (fp32, the
+reference's own dtype) on the first 2^20 entries.
 """
 from __future__ import annotations
 
@@ -21,17 +22,20 @@ from bytemodel.ops import numpy_ops as ref
 def run(ops, preset, shape):
     import cupy as cp
     P = n_params(preset_cfg(preset)) // 4 * 4
-    rng = np.random.default_rng(0)
-    p, g, m = (rng.standard_normal(P).astype(np.float32) * s for s in (1.0, 1e-2, 1e-3))
-    v = np.abs(rng.standard_normal(P).astype(np.float32)) * 1e-6
-    mask = (rng.random(P) < 0.9).astype(np.float32)
-    pd, gd, md, vd, maskd = (cp.asarray(a) for a in (p, g, m, v, mask))
-    err_n = check("global norm", np.array([float(ops.global_norm(gd))]), np.array([ref.global_norm(g)]), 1e-5)   # fp32 partial sums of ~600 squares each
+    rng = cp.random.default_rng(0)
+    pd, gd, md = (rng.standard_normal(P, dtype=cp.float32) * s for s in (1.0, 1e-2, 1e-3))
+    vd = cp.abs(rng.standard_normal(P, dtype=cp.float32)) * 1e-6
+    maskd = (rng.random(P) < 0.9).astype(cp.float32)
+    # the reference on the first CHECK entries (AdamW is elementwise once the norm is known; the
+    # norm is checked over the whole buffer, in float64 on the host)
+    CHECK = min(P, 1 << 20)
+    p, g, m, v, mask = (cp.asnumpy(a[:CHECK]) for a in (pd, gd, md, vd, maskd))
+    norm_ref = ref.global_norm(cp.asnumpy(gd))
+    err_n = check("global norm", np.array([float(ops.global_norm(gd))]), np.array([norm_ref]), 1e-5)   # fp32 partial sums of ~600 squares each
     kw = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, step=7, grad_scale=0.5, clip=1.0)
     ops.adamw_step(pd, gd, md, vd, maskd, norm=ops.global_norm(gd), **kw)
-    p2, m2, v2 = p.copy(), m.copy(), v.copy()
-    ref.adamw_step(p2, g, m2, v2, mask, norm=ref.global_norm(g), **kw)
-    err_a = max(check("adamw " + n, a, b, 1e-6) for n, a, b in (("p", pd, p2), ("m", md, m2), ("v", vd, v2)))
+    ref.adamw_step(p, g, m, v, mask, norm=norm_ref, **kw)
+    err_a = max(check("adamw " + n, a[:CHECK], b, 1e-6) for n, a, b in (("p", pd, p), ("m", md, m), ("v", vd, v)))
     nrm = ops.global_norm(gd)
 
     def peer_a():   # the same step as CuPy expressions (several passes)

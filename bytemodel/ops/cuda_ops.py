@@ -221,11 +221,13 @@ class CudaBackend:
 
     # ------------------------------------------------------------------ cuBLAS
     def _deterministic_cublas(self, handle):
-        """cuBLAS without atomics (CUBLAS_ATOMICS_NOT_ALLOWED, also its default), set on every
-        handle this backend multiplies through. cuBLAS promises the same bits at every run on
-        GPUs of one architecture and SM count for one toolkit version, with one stream active
-        and atomics not allowed; its split-K GEMMs then reduce through a workspace in a fixed
-        order. Training issues everything on one stream."""
+        """cuBLAS without atomics (CUBLAS_ATOMICS_NOT_ALLOWED), on every handle this backend
+        multiplies through. cuBLAS promises the same bits at every run on GPUs of one
+        architecture and SM count for one toolkit version, with one stream active and atomics
+        not allowed; its split-K GEMMs then reduce through a workspace in a fixed order.
+        Training issues everything on one stream. NOT_ALLOWED is cuBLAS's default and nothing
+        here changes it; where CuPy exposes cublasSetAtomicsMode (14.2 does not) it is also set
+        explicitly."""
         if handle == self._det_handle:
             return
         set_mode = getattr(_cublas, "setAtomicsMode", None)
