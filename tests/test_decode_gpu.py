@@ -11,7 +11,7 @@ import pytest
 
 from bytemodel.ops import cuda_available
 
-pytestmark = pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a GPU")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a GPU")]
 
 from bytemodel.config import ModelConfig  # noqa: E402
 from bytemodel.decode.generate import generate, sample_next  # noqa: E402
