@@ -11,6 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "bytemodel"
 # Lowest first. Within a layer nothing imports anything else (except inside one package).
 LAYERS = [
     ("errors",),                                  # user errors: one line each
+    ("jsonguard",),                               # user JSON: bounded nesting, no NaN
     ("fileguard", "validation"),                  # what a path may be; settings' ranges and types
     ("atomic", "resources", "config"),            # the one atomic write; gpu/ + datasets/; settings
     ("readers", "runfiles"),                      # file(s) -> byte documents -> file; run files

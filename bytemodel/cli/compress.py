@@ -70,8 +70,8 @@ def compress(
 def decompress(
     file: Path = typer.Argument(..., help="A .bmz file made by `bytemodel compress`."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c",
-                                              help="(default: runs/NAME for the checkpoint the file names, "
-                                                   "else the latest run)"),
+                                              help="(default: the run under ./runs whose weights the "
+                                                   "file names, found by their SHA-256)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE without .bmz)."),
     device: str = typer.Option("", help="cpu or cuda (default: the device the file was compressed on)."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
@@ -83,7 +83,7 @@ def decompress(
     would not match the original's checksum.
     Example: bytemodel decompress genome.fa.bmz -c runs/genome-1
     """
-    from .. import load, latest_run
+    from .. import load
     from ..atomic import write_atomic
     from ..compress.driver import decompress as api_decompress, read
     with user_errors():
@@ -95,9 +95,9 @@ def decompress(
         blob = regular_file(file, "input").read_bytes()
         header, _ = read(blob)
         backend = header["backend"]
-        if checkpoint is None:
-            named = Path("runs") / header["checkpoint"]["name"]
-            checkpoint = named if header["checkpoint"]["name"] and named.is_dir() else latest_run()
+        if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
+            from ..compress.container import find_run
+            checkpoint = find_run(header)
         lm = load(checkpoint, device=device or backend["device"], precision=backend.get("precision", "fp32"))
         data = api_decompress(lm, blob, workers=workers or None)
         write_atomic(out, data)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import struct
 import zlib
+from pathlib import Path
 
 from ..errors import CompressError
+from ..jsonguard import loads as json_loads
 from .coder import PREC_BITS
 from .layout import ENGINES
 
@@ -18,20 +22,78 @@ FORMAT = "bytemodel-compressed"
 _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
 _TRAILER = 32                # SHA-256
 MAX_HEADER = 1 << 20
+MAX_STREAMS = 1 << 16        # streams a file may have (each costs its bookkeeping before a word is decoded)
+MAX_LANE = 1 << 13           # streams in one batched KV cache (the GPU's default at most; the CPU's 256)
+MIN_ALPHABET = 256           # the bytes: every tokenizer has them
+SLACK_BITS = 128             # per coder: a range coder's flush may end up to this far short of the information
+
+
+def run_identity(path) -> dict:
+    """What names a checkpoint file among the user's runs: the run folder's name and the file's."""
+    from ..checkpoint import BEST_NAME, CKPT_NAME
+    if path is None:
+        return {"name": "", "file": ""}
+    path = Path(path)
+    if path.name in (CKPT_NAME, BEST_NAME):
+        return {"name": path.resolve().parent.name, "file": path.name}
+    return {"name": path.name, "file": path.name}
 
 
 def checkpoint_identity(lm) -> dict:
-    """Name and SHA-256 of the weights (as the checkpoint records them) and of the tokenizer."""
+    """The run's name, the weights file's name, and the SHA-256 of the weights and of the tokenizer."""
     ident = getattr(lm, "_bmz_identity", None)
     if ident is None:
-        from ..checkpoint import CKPT_NAME, _sha
-        path = lm.path
-        name = "" if path is None else (path.parent.name if path.name == CKPT_NAME else path.name)
+        from ..checkpoint import _sha
         tok = json.dumps(lm.tokenizer.to_dict(), sort_keys=True, separators=(",", ":")).encode()
-        ident = {"name": name, "weights_sha256": _sha(lm.model.ops.to_numpy(lm.model.params)),
+        ident = {**run_identity(lm.path), "weights_sha256": _sha(lm.model.ops.to_numpy(lm.model.params)),
                  "tokenizer_sha256": hashlib.sha256(tok).hexdigest()}
         lm._bmz_identity = ident
     return ident
+
+
+def _safe_name(name) -> bool:
+    """A plain folder or file name (never a path: nothing taken from a file is followed as one)."""
+    return isinstance(name, str) and 0 < len(name) < 256 and name not in (".", "..") \
+        and not any(c in name for c in "/\\\0")
+
+
+def find_run(header: dict, root="runs") -> Path:
+    """The checkpoint under ``root`` whose weights and tokenizer a file was compressed with.
+
+    The header's run name is only a hint of where to look first (runs/NAME, when NAME is a plain
+    name); the match is by the weights' and tokenizer's SHA-256, over every run's
+    best.safetensors and checkpoint.safetensors (newest first). A path in the file is never
+    followed. CompressError when no run matches.
+    """
+    from .. import checkpoint as ck
+    want = header["checkpoint"]
+    root = Path(root)
+    first, files = [], []
+    names = (want.get("file"),) if _safe_name(want.get("file")) else ()
+    order = names + tuple(n for n in (ck.BEST_NAME, ck.CKPT_NAME) if n not in names)
+    if _safe_name(want.get("name")):
+        first = [root / want["name"] / n for n in order]
+    try:
+        runs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: -d.stat().st_mtime)
+    except OSError:
+        runs = []
+    files = [d / n for d in runs for n in (ck.BEST_NAME, ck.CKPT_NAME)]
+    seen = set()
+    for f in first + files:
+        key = os.path.abspath(f)
+        if key in seen or not f.is_file():
+            continue
+        seen.add(key)
+        try:
+            ld = ck.load(f)
+        except ck.CheckpointError:
+            continue
+        tok = json.dumps(ld.tokenizer.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        if ck._sha(ld.params) == want["weights_sha256"] and hashlib.sha256(tok).hexdigest() == want["tokenizer_sha256"]:
+            return f
+    shown = want["name"] if _safe_name(want.get("name")) else "?"
+    raise CompressError(f"no run under {root}/ holds the weights this file was compressed with (run "
+                        f"'{shown}', weights {str(want['weights_sha256'])[:12]}): pass --checkpoint")
 
 
 def backend_info(model) -> dict:
@@ -62,11 +124,13 @@ def read(blob: bytes) -> tuple[dict, bytes]:
         raise CompressError("malformed .bmz file: bad header length")
     try:
         text = zlib.decompressobj().decompress(blob[_FIXED:_FIXED + hlen], MAX_HEADER)
-        header = json.loads(text.decode("utf-8"))
+        header = json_loads(text, ".bmz header", CompressError)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
         if version == 1 and isinstance(header, dict) and isinstance(header.get("layout"), dict):
             header["layout"].setdefault("engine", "lockstep")    # version 1: always the lockstep engine
         _validate(header, version)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, zlib.error) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, zlib.error) as e:
         raise CompressError(f"malformed .bmz header ({e})") from None
     payload = blob[_FIXED + hlen:-_TRAILER]
     if len(payload) != header["payload_bytes"]:
@@ -81,37 +145,77 @@ def _int(d, k, lo=0):
     return v
 
 
+def _dict(h, k) -> dict:
+    v = h[k]
+    if not isinstance(v, dict):
+        raise ValueError(f"{k} must be a JSON object")
+    return v
+
+
+def max_tokens(payload_bytes: int, alphabet: int, coders: int) -> int:
+    """The most tokens a payload can code: each costs at least -log2 of the largest frequency the
+    quantiser gives (every other symbol keeps at least 1 of 2^PREC_BITS), plus each coder's slack."""
+    best = ((1 << PREC_BITS) - (alphabet - 1)) / (1 << PREC_BITS)
+    per_token = -math.log2(best)
+    return int((8 * payload_bytes + SLACK_BITS * max(coders, 1)) / per_token) + 1
+
+
+def information_limit(header: dict) -> float:
+    """Bits of information the payload can hold: a decoder that has produced more reads a lie."""
+    return 8.0 * header["payload_bytes"] + SLACK_BITS * max(len(header["coder"]["group_words"]), 1)
+
+
+def check_layout(streams: int, lane: int) -> None:
+    """The bounds every file keeps (compress refuses to write past them, read to believe them)."""
+    if streams > MAX_STREAMS:
+        raise CompressError(f"{streams} streams; at most {MAX_STREAMS} in one file")
+    if lane > MAX_LANE:
+        raise CompressError(f"a lane of {lane} streams; at most {MAX_LANE}")
+
+
 def _validate(h: dict, version: int = VERSION) -> None:
     if h.get("format") != FORMAT or h.get("version") != version:
         raise ValueError("not a bytemodel compressed file of this version")
+    ck = _dict(h, "checkpoint")
     for k in ("weights_sha256", "tokenizer_sha256", "name"):
-        if not isinstance(h["checkpoint"][k], str):
+        if not isinstance(ck[k], str):
             raise ValueError(f"checkpoint {k} missing")
+    if "file" in ck and not isinstance(ck["file"], str):
+        raise ValueError("checkpoint file is not a string")
     if h["reader"] != "raw":
         raise ValueError(f"reader {h['reader']!r} is not supported by this version (only raw)")
-    _int(h["original"], "bytes")
-    if not isinstance(h["original"]["sha256"], str):
+    orig, lay, c, backend = _dict(h, "original"), _dict(h, "layout"), _dict(h, "coder"), _dict(h, "backend")
+    _int(orig, "bytes")
+    if not isinstance(orig["sha256"], str):
         raise ValueError("original sha256 missing")
-    lay = h["layout"]
     n, S, W, ln = _int(lay, "tokens"), _int(lay, "streams"), _int(lay, "window", 2), _int(lay, "lane", 1)
     if (n > 0) != (S > 0) or S > n or W % 2:
         raise ValueError("inconsistent stream layout")
+    if S > MAX_STREAMS or ln > MAX_LANE:
+        raise ValueError(f"{S} streams in lanes of {ln}; a file holds at most {MAX_STREAMS} streams, "
+                         f"lanes of at most {MAX_LANE}")
     engine, rr = lay["engine"], _int(lay, "reread")
     if engine not in ENGINES or (engine == "lockstep" and rr not in (0, W // 2)) or (engine == "cpu" and rr >= W):
         raise ValueError(f"unknown engine or re-read policy ({engine!r}, re-read {rr} of window {W})")
-    c = h["coder"]
     if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
         raise ValueError("unknown coder settings")
-    _int(c, "alphabet", 1)
+    A = _int(c, "alphabet", MIN_ALPHABET)
+    if A >= 1 << PREC_BITS:
+        raise ValueError(f"alphabet {A} does not fit the coder's precision")
     gw = c["group_words"]
     if not isinstance(gw, list) or (n > 0) != (len(gw) > 0) or len(gw) > max(S, 1) \
             or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in gw) \
             or 4 * sum(gw) != h["payload_bytes"]:
         raise ValueError("inconsistent coder groups")
-    if not isinstance(h["backend"].get("device"), str):
+    if not isinstance(backend.get("device"), str):
         raise ValueError("backend missing")
-    if _int(h, "payload_bytes") % 4:
+    P = _int(h, "payload_bytes")
+    if P % 4:
         raise ValueError("payload is not whole 32-bit words")
+    if n > max_tokens(P, A, len(gw)):
+        raise ValueError(f"{n:,} tokens cannot be coded in {P:,} bytes of payload")
+    if orig["bytes"] < n:
+        raise ValueError(f"{n:,} tokens cannot decode to {orig['bytes']:,} bytes")
 
 
 def check_model(header: dict, lm) -> None:

@@ -65,7 +65,8 @@ from ..decode.lockstep import Lockstep, check_window
 from ..errors import CompressError, ConfigError
 from ..ops import numpy_ops
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
-from .container import FORMAT, VERSION, _pack, backend_info, check_model, checkpoint_identity, read
+from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
+                        information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
@@ -208,6 +209,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     if ln < 1:
         raise ConfigError(f"lane must be at least 1, got {ln}")
     ln = min(ln, max(S, 1))
+    check_layout(S, ln)
     C = (1 if device == "cpu" else min(GPU_CODERS, _cores())) if coders is None else int(coders)
     if C < 1:
         raise ConfigError(f"coders must be at least 1, got {C}")
@@ -291,6 +293,7 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     decs = [constriction.stream.queue.RangeDecoder(words[offs[g]:offs[g + 1]]) for g in range(len(groups))]
     family = constriction.stream.model.Categorical(perfect=False)
     sym = np.zeros(S, dtype=np.int64)
+    info, limit = {"bits": 0.0}, information_limit(header)
     pool = ThreadPoolExecutor(min(len(groups), _cores())) if len(groups) > 1 else None
 
     def decode(g, active, freqs):
@@ -305,6 +308,12 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
         except Exception as e:  # the coder refusing its input: the payload does not fit the model
             raise CompressError(f"the payload cannot be decoded with this model ({e})") from None
         ids[starts[:active] + t] = sym[:active]
+        # the information decoded so far cannot exceed what the payload holds: a header that claims
+        # more tokens than its words can code is refused within a payload's worth of steps
+        info["bits"] -= float(np.log2(freqs[np.arange(active), sym[:active]].astype(np.float64) / TOTAL).sum())
+        if info["bits"] > limit:
+            raise CompressError(f"the payload cannot hold the {n:,} tokens its header claims "
+                                f"(decoding step {t} needs more than its {limit:,.0f} bits)")
         return sym[:active]
 
     try:
