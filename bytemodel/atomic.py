@@ -59,6 +59,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *
             pass
         if error is not None and isinstance(e, OSError):
             raise error(f"cannot write {path}: {e.strerror or e}") from None
+        if isinstance(e, OSError) and not e.filename:   # a full disk: say which file it was
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
         raise
     try:
         _fsync(folder)     # the rename itself, durable

@@ -20,6 +20,7 @@ stays in the conversation). `/reset` starts a new conversation.
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 
 import numpy as np
@@ -27,6 +28,8 @@ import numpy as np
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
 from .decode.generate import _check_sampling, plain_ids
+
+MAX_LINE = 1 << 20   # bytes in one input line (a message longer than any context; an endless one is refused)
 
 KEEP = 0.75  # the prompt may fill this much of the context; the rest is room for the reply
 
@@ -112,9 +115,13 @@ class Utf8Stream:
 
 def repl(chat: Chat, stdin=None, stdout=None, stderr=None, banner: str = "") -> int:
     """Read user lines, stream replies. Returns the exit status (0 on Ctrl-D / Ctrl-C)."""
+    if stdin is None and sys.stdin is None:
+        raise ConfigError("stdin is closed: chat reads your lines from it")
+    if stdout is None and sys.stdout is None:
+        raise ConfigError("stdout is closed: chat writes its replies to it")
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr
+    stderr = stderr or sys.stderr or open(os.devnull, "w")
     interactive = hasattr(stdin, "isatty") and stdin.isatty()
     out = Utf8Stream(stdout)
     try:
@@ -125,7 +132,9 @@ def repl(chat: Chat, stdin=None, stdout=None, stderr=None, banner: str = "") -> 
             if interactive:
                 stderr.write("> ")
                 stderr.flush()
-            line = stdin.readline()
+            line = stdin.readline(MAX_LINE + 1)      # bounded: an endless line is not read whole
+            if len(line) > MAX_LINE:
+                raise ConfigError(f"a line of more than {MAX_LINE:,} bytes; chat takes one message a line")
             if not line:           # Ctrl-D / end of the piped input
                 if interactive:
                     stderr.write("\n")

@@ -115,8 +115,11 @@ def load(path) -> Loaded:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a bytemodel checkpoint")
     version = meta.get("version")
-    if version not in (1, VERSION):
+    if version not in (1, VERSION) or isinstance(version, bool):
         raise CheckpointError(f"{p} has checkpoint version {version!r}; this bytemodel reads 1 and {VERSION}")
+    if version == 1 and _newer_than_v1(meta):
+        raise CheckpointError(f"{p} says version 1 but holds what only a later version writes (a re-signed "
+                              f"file?); refused: version 1's checksum covers the weights only")
     if version == VERSION and digest(meta, tensors) != meta.get("sha256"):
         raise CheckpointError(f"{p} is corrupt: its tensors or metadata do not match their checksum")
     try:
@@ -146,14 +149,38 @@ def load(path) -> Loaded:
     m, v = tensors.get("optim.m"), tensors.get("optim.v")
     if m is not None and (m.shape != flat.shape or v is None or v.shape != flat.shape):
         raise CheckpointError(f"{p}: optimizer state does not match the model")
+    for what, a in (("weights", flat), ("optimizer moments", m), ("optimizer moments", v)):
+        if a is not None and not np.isfinite(a).all():
+            raise CheckpointError(f"{p}: its {what} hold NaN or infinity; a model cannot compute with them")
     return Loaded(cfg, tok, flat, train, m, v, p)
 
 
+# what version 1 (the checksum over the weights only) wrote: a file that says version 1 but holds
+# more was re-signed to dodge version 2's full checksum
+_V1_META = {"format", "version", "config", "tokenizer", "train", "params_sha256"}
+_V1_TRAIN = {"config", "step", "optim", "scaler", "corpus_sha256", "val_bpb", "val_se", "n_bytes", "best"}
+_V1_SETTINGS = {"source", "out_dir", "preset", "steps", "batch_size", "context", "lr", "min_lr_ratio", "warmup",
+                "weight_decay", "beta1", "beta2", "grad_clip", "seed", "eval_every", "eval_tokens", "val_fraction",
+                "device", "precision", "reader", "merges", "tokenizer", "workers", "distributed",
+                "shard_optimizer", "model"}
+
+
+def _newer_than_v1(meta: dict) -> bool:
+    train = meta.get("train")
+    if set(meta) - _V1_META or not isinstance(train, dict) or set(train) - _V1_TRAIN:
+        return True
+    return isinstance(train.get("config"), dict) and bool(set(train["config"]) - _V1_SETTINGS)
+
+
 def _read_meta(blob: bytes) -> dict:
+    from .jsonguard import loads
     if len(blob) < 8:
         raise ValueError("file too short")
     n = int.from_bytes(blob[:8], "little")
     if n <= 0 or 8 + n > len(blob):
         raise ValueError("bad header length")
-    header = json.loads(blob[8:8 + n].decode("utf-8"))
-    return json.loads(header["__metadata__"]["bytemodel"])
+    header = loads(blob[8:8 + n], "the safetensors header", CheckpointError)
+    meta = loads(header["__metadata__"]["bytemodel"], "the bytemodel metadata", CheckpointError, constants=True)
+    if not isinstance(meta, dict):
+        raise ValueError("the metadata is not a JSON object")
+    return meta

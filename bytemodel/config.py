@@ -13,6 +13,7 @@ from .errors import ConfigError
 
 
 MAX_DROPOUT = 0.9   # past this nearly every activation is dropped; a typo, not a setting
+MAX_CONTEXT = 1 << 20   # tokens: RoPE tables and KV caches are sized by the context (10^18 would be a bomb)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class ModelConfig:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"{f} must be a positive integer, got {v!r}")
+        if self.context > MAX_CONTEXT:
+            raise ConfigError(f"context {self.context} exceeds the {MAX_CONTEXT:,} tokens bytemodel supports")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:

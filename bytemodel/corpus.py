@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_atomic
+from .jsonguard import loads as json_loads
 from .errors import SourceError
 from .tokenizer import Tokenizer
 
@@ -48,8 +49,8 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
     """Encode byte documents into run_dir/tokens.u16, one document in memory at a time.
 
     pieces: instead of documents, an iterable of (bytes, last_piece_of_document), as the readers'
-    stream_documents yields; memory is then bounded by the piece size. Only for tokenizers whose
-    encoding cannot span a cut (plain bytes): BPE needs whole documents.
+    stream_documents yields; memory is then bounded by the piece size (with merges, by
+    encode_chunks' chunk: a document's pieces are encoded as one stream, cut where no merge spans).
     """
     if pieces is None:
         pieces = ((doc, True) for doc in documents)
@@ -62,13 +63,13 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
     def write(f):
         nonlocal n_tok, n_bytes, n_docs, n_val
         open_doc = False  # a document has bytes written and no separator yet
-        for piece, last in pieces:
-            if piece:
-                ids = tokenizer.encode(piece).astype("<u2", copy=False).tobytes()
+        for ids, nb, last in _encoded(pieces, tokenizer):
+            if nb or len(ids):
+                ids = ids.astype("<u2", copy=False).tobytes()
                 f.write(ids)
                 h.update(ids)
                 n_tok += len(ids) // 2
-                n_bytes += len(piece)
+                n_bytes += nb
                 open_doc = True
             if last and open_doc:
                 f.write(sep)
@@ -91,11 +92,44 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
     return open_corpus(run_dir)
 
 
+def _encoded(pieces, tokenizer: Tokenizer):
+    """(ids, source bytes they came from, last of its document) from (bytes, last) pieces. With
+    merges a document's pieces go through encode_chunks (cut only where a merge cannot span), so
+    no document is ever held whole: a 10 GiB document costs what one chunk does."""
+    if not tokenizer.merges:
+        for piece, last in pieces:
+            yield (tokenizer.encode(piece) if piece else _NONE), len(piece), last
+        return
+    it = iter(pieces)
+    seen = [0]
+
+    def rest_of(first, last):
+        seen[0] += len(first)
+        yield first
+        while not last:
+            try:
+                piece, last = next(it)
+            except StopIteration:
+                return
+            seen[0] += len(piece)
+            yield piece
+
+    for first, last in it:
+        done = seen[0]
+        for ids in tokenizer.encode_chunks(rest_of(first, last)):
+            yield ids, seen[0] - done, False
+            done = seen[0]
+        yield _NONE, seen[0] - done, True
+
+
+_NONE = np.zeros(0, dtype=np.uint16)
+
+
 def open_corpus(run_dir: str | os.PathLike) -> Corpus:
     run_dir = Path(run_dir)
     from .runfiles import check_corpus_info
     try:
-        info = json.loads((run_dir / CORPUS_FILE).read_text())
+        info = json_loads((run_dir / CORPUS_FILE).read_bytes(), f"corpus.json in {run_dir}", SourceError)
         tokens = np.memmap(run_dir / TOKENS_FILE, dtype="<u2", mode="r")
     except (OSError, ValueError) as e:
         raise SourceError(f"cannot open the corpus in {run_dir}: {e}") from None

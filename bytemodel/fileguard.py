@@ -7,7 +7,8 @@ a pipe would lose what the first read took, a FIFO would block, and /dev/zero wo
 line that says what it is.
 
 Outputs. ``output_target`` says where a write goes: a symlink is followed to the file it names
-(which is then replaced atomically, so the link survives); a character device (/dev/null) or a
+(which is then replaced atomically, so the link survives) when the folder it points into exists:
+a dangling link's missing folders are never made (they are not the user's to make); a character device (/dev/null) or a
 FIFO is written to directly, as a shell's ``>`` would, never renamed over; a directory, a block
 device or a socket is refused.
 
@@ -77,7 +78,10 @@ def output_target(path: str | os.PathLike) -> tuple[Path, bool]:
             raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(p))
         raise OSError(errno.EPERM, f"is a {kind_of(st.st_mode)}; refusing to write over it", str(p))
     if os.path.islink(p):
-        p = Path(os.path.realpath(p))   # replace the file the link names, keep the link
+        real = Path(os.path.realpath(p))   # replace the file the link names, keep the link
+        if not real.parent.is_dir():       # a dangling link: never make the folders it names
+            raise FileNotFoundError(errno.ENOENT, f"is a link to {real}, whose folder does not exist", str(p))
+        p = real
     return p, False
 
 

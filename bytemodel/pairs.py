@@ -35,6 +35,7 @@ import numpy as np
 
 from .atomic import write_atomic
 from .errors import SourceError
+from .jsonguard import loads as json_loads
 from .tokenizer import Tokenizer
 
 KINDS = ("pairs", "chat")
@@ -50,7 +51,11 @@ LN2 = math.log(2)
 
 def _bytes_of(v, where: str) -> bytes:
     if isinstance(v, str):
-        return v.encode("utf-8")
+        try:
+            return v.encode("utf-8")
+        except UnicodeEncodeError:    # "\ud800": a lone surrogate is no text
+            raise SourceError(f"{where}: not valid Unicode text (a lone surrogate); give any bytes as "
+                              f"{{\"b64\": ...}}") from None
     if isinstance(v, dict) and set(v) == {"b64"} and isinstance(v["b64"], str):
         try:
             return base64.b64decode(v["b64"], validate=True)
@@ -63,7 +68,8 @@ def read_examples(path, kind: str) -> list:
     """A JSONL file -> [(prompt, completion)] (pairs) or [[{"role", "content": bytes}]] (chat)."""
     if kind not in KINDS:
         raise SourceError(f"unknown example kind {kind!r}; choose one of {', '.join(KINDS)}")
-    p = Path(path)
+    from .fileguard import regular_file
+    p = regular_file(path, "examples file")      # a FIFO would block, a device never end
     try:
         lines = p.read_bytes().splitlines()
     except OSError as e:
@@ -73,10 +79,7 @@ def read_examples(path, kind: str) -> list:
         if not line.strip():
             continue
         where = f"{p}:{n}"
-        try:
-            d = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise SourceError(f"{where}: not valid JSON ({str(e)[:80]})") from None
+        d = json_loads(line, where, SourceError)
         if not isinstance(d, dict):
             raise SourceError(f"{where}: each line must be a JSON object")
         if kind == "pairs":
@@ -225,7 +228,15 @@ class ExampleCorpus:
         if sizes.sum() > max_tokens:  # evenly spread examples whose tokens fit the budget
             keep = max(1, int(len(held) * max_tokens / sizes.sum()))
         picks = np.linspace(0, len(held) - 1, keep).round().astype(int) if keep < len(held) else range(len(held))
-        return [w for i in picks for w in example_windows(self, int(held[i, 0]), int(held[i, 1]), context)]
+        out, left = [], max(int(max_tokens), 1)   # one held-out example longer than the budget is cut to it
+        for i in picks:
+            a, e = int(held[i, 0]), int(held[i, 1])
+            e = min(e, a + left)
+            out += example_windows(self, a, e, context)
+            left -= e - a
+            if left <= 0:
+                break
+        return out
 
 
 def example_windows(corpus, start: int, end: int, context: int) -> list:
@@ -273,6 +284,8 @@ def build_examples(run_dir, tok: Tokenizer, kind: str, train_examples: list, val
         raise SourceError("token id beyond uint16")
     n_bytes = (sum(len(p) + len(c) for p, c in list(train_examples) + list(val_examples)) if kind == "pairs"
                else sum(len(m["content"]) for conv in list(train_examples) + list(val_examples) for m in conv))
+    if n_bytes == 0:
+        raise SourceError("the examples hold no bytes at all (every prompt and completion is empty)")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     blobs = {TOKENS_FILE: tokens.astype("<u2").tobytes(), MASK_FILE: mask.astype(np.uint8).tobytes(),
@@ -290,7 +303,9 @@ def build_examples(run_dir, tok: Tokenizer, kind: str, train_examples: list, val
 def open_examples(run_dir) -> ExampleCorpus:
     run_dir = Path(run_dir)
     try:
-        info = json.loads((run_dir / INFO_FILE).read_text())
+        info = json_loads((run_dir / INFO_FILE).read_bytes(), f"{INFO_FILE} in {run_dir}", SourceError)
+        if not isinstance(info, dict):
+            raise SourceError(f"{INFO_FILE} in {run_dir} is damaged: not a JSON object")
         tokens = np.memmap(run_dir / TOKENS_FILE, dtype="<u2", mode="r")
         mask = np.memmap(run_dir / MASK_FILE, dtype=np.uint8, mode="r")
         spans = np.fromfile(run_dir / SPANS_FILE, dtype="<i8").reshape(-1, 2)
@@ -299,7 +314,7 @@ def open_examples(run_dir) -> ExampleCorpus:
     for k in ("n_tokens", "n_examples", "n_train", "n_bytes"):
         if isinstance(info.get(k), bool) or not isinstance(info.get(k), int) or info[k] < 0:
             raise SourceError(f"{INFO_FILE} in {run_dir} is damaged: {k} is {info.get(k)!r}")
-    if info.get("kind") not in KINDS or not isinstance(info.get("sha256"), str):
+    if info.get("kind") not in KINDS or not isinstance(info.get("sha256"), str) or info["n_bytes"] == 0:
         raise SourceError(f"{INFO_FILE} in {run_dir} is damaged")
     if len(tokens) != info["n_tokens"] or len(mask) != len(tokens) or len(spans) != info["n_examples"]:
         raise SourceError(f"the examples in {run_dir} are damaged")

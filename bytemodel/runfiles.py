@@ -9,9 +9,14 @@
   log holds each step once and every line parses.
 - ``new_folders`` / ``remove_failed_run``: a fresh run that fails before its first checkpoint
   removes what it created (its files, and the folders it made), leaving no empty run folder.
+- ``lock_run``: one writer per run folder. The writer (train, --resume, finetune; rank 0 under
+  MPI) holds an advisory lock (flock) on the folder itself for the run's life, so no lock file is
+  left behind and a killed writer's lock goes with its process. A second writer is refused before
+  it writes anything; readers (generate, score, load) never take it.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -19,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SourceError
+from .errors import ConfigError, SourceError
 
-RUN_FILES = ("tokens.u16", "corpus.json", "metrics.jsonl")   # what a run writes before its checkpoint
+RUN_FILES = ("tokens.u16", "corpus.json", "metrics.jsonl",   # what a run writes before its checkpoint
+             "examples.json", "mask.u8", "spans.i64")          # (a fine-tune's examples: pairs.py)
 _HASH_CHUNK = 1 << 22   # tokens per hashing step: 8 MiB
 
 
@@ -49,6 +55,9 @@ def check_corpus_info(info, n_tokens_on_disk: int, where) -> dict:
         v = info.get(k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise SourceError(f"corpus.json in {where} is damaged: {k} is {v!r}")
+    if info["n_bytes"] == 0 or info["n_docs"] == 0:
+        raise SourceError(f"corpus.json in {where} is damaged: a corpus of {info['n_bytes']} bytes in "
+                          f"{info['n_docs']} documents")
     if not isinstance(info.get("sha256"), str):
         raise SourceError(f"corpus.json in {where} is damaged: no sha256")
     if info["n_tokens"] != n_tokens_on_disk:
@@ -102,3 +111,33 @@ def remove_failed_run(run_dir: Path, made: list[Path]) -> None:
             d.rmdir()
         except OSError:
             break
+
+
+class RunLock:
+    """The advisory lock on a run folder (see lock_run); release() or the process's end frees it."""
+
+    def __init__(self, fd: int | None):
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)      # closing the descriptor drops the flock
+            self.fd = None
+
+
+def lock_run(run_dir: Path) -> RunLock:
+    """Take the folder's writer lock, or raise ConfigError if another process holds it."""
+    import fcntl
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise ConfigError(f"cannot open the run folder {run_dir}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ConfigError(f"{run_dir} is in use: another bytemodel process is training into it "
+                              f"(wait for it to end, or give another --out)") from None
+        return RunLock(None)       # a file system without flock: run unlocked, as before
+    return RunLock(fd)

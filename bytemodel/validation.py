@@ -69,6 +69,16 @@ def stored_train_config(cls, train: dict, where: str, **given):
     for key in ("optim", "scaler"):
         if not isinstance(train.get(key, {}), dict):
             raise CheckpointError(f"{where}: the training state's {key} is not a JSON object")
+    t = train.get("optim", {}).get("t")
+    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise CheckpointError(f"{where}: the training state has no valid optimizer state (optim.t is {t!r}); "
+                              f"it cannot be resumed")
+    sc = train.get("scaler")
+    if sc is not None:
+        scale, good = sc.get("scale"), sc.get("good")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < math.inf) \
+                or isinstance(good, bool) or not isinstance(good, int) or good < 0:
+            raise CheckpointError(f"{where}: the training state's loss scaler is not valid ({sc!r:.60})")
     kw.update({k: v for k, v in given.items()})
     return cls(**kw)
 
@@ -77,15 +87,27 @@ def stored_train_config(cls, train: dict, where: str, **given):
 HONOURED_ON_RESUME = ("steps", "device", "precision", "tokenizer", "out_dir", "distributed", "shard_optimizer")
 
 
-def note_ignored_on_resume(stored: dict, given: dict, log) -> None:
-    """Say which settings given with --resume the run keeps from its checkpoint instead."""
+_FLAG = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads", "n_kv_heads": "--n-kv-heads",
+         "d_ff": "--d-ff", "rope_theta": "--rope-theta", "mtp": "--mtp", "mtp_weight": "--mtp-weight",
+         "mtp_design": "--mtp-design", "tie_embeddings": "--tie-embeddings"}
+_PRESET_ZERO = ("context",)     # stored as 0 ("the preset's"): the run keeps its model's value
+
+
+def note_ignored_on_resume(stored: dict, given: dict, log, cfg=None) -> None:
+    """Say which settings given with --resume the run keeps from its checkpoint instead, each with
+    the value it keeps (the model's own, from ``cfg``, for model settings and a preset's context)."""
+    model = cfg.to_dict() if cfg is not None else dict(stored.get("model") or {})
     for name in sorted(given):
         if name in HONOURED_ON_RESUME:
             continue
         if name == "model":
-            diff = {k: v for k, v in given[name].items() if stored.get("model", {}).get(k, v) != v}
-            if diff:
-                log(f"note: model settings {diff} ignored on --resume: the run keeps its own model")
-        elif name in stored and given[name] != stored[name]:
+            for k, v in sorted((given[name] or {}).items()):
+                if k in model and model[k] != v:
+                    log(f"note: {_FLAG.get(k, k)} {v} ignored on --resume: the run keeps its own {model[k]}")
+            continue
+        kept = stored.get(name)
+        if name in _PRESET_ZERO and not kept and name in model:
+            kept = model[name]
+        if name in stored and given[name] != kept:
             log(f"note: --{name.replace('_', '-')} {given[name]} ignored on --resume: "
-                f"the run keeps its own {stored[name]}")
+                f"the run keeps its own {kept}")

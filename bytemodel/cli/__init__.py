@@ -20,7 +20,7 @@ import typer
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import user_errors
+from .errors import need_stdout, user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
@@ -299,6 +299,7 @@ def score(
     from .. import load
     from ..readers import read_documents
     with user_errors():
+        need_stdout()
         lm = load(checkpoint, device=device, last=last)
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
         docs = read_documents(file, "raw" if raw else (run_reader or None))
@@ -353,6 +354,7 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
     from .. import checkpoint as ck, latest_run
     from ..model import n_params
     with user_errors():
+        need_stdout()
         ld = ck.load(ck.model_path(checkpoint or latest_run(), last=last))
         c, t = ld.cfg, ld.train
         typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "

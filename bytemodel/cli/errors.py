@@ -21,8 +21,8 @@ def user_errors():
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(130)
-    except MemoryError:
-        typer.echo("error: out of memory (try a smaller --batch-size, --context or preset)", err=True)
+    except MemoryError as e:
+        typer.echo(f"error: out of memory{_oom_hint(e)}", err=True)
         raise typer.Exit(2)
     except BrokenPipeError:
         # the reader of our stdout stopped reading (`bytemodel generate | head`): end quietly, as a
@@ -37,3 +37,20 @@ def user_errors():
     except OSError as e:
         typer.echo(f"error: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": "), err=True)
         raise typer.Exit(2)
+
+
+def _oom_hint(e: BaseException) -> str:
+    """The model's sizes are the advice only where the model ran out (its ops or layers); memory
+    that ran out while reading a file says so instead."""
+    import traceback
+    files = [f.filename.replace(os.sep, "/") for f in traceback.extract_tb(e.__traceback__)]
+    if any("/bytemodel/ops/" in f or f.endswith(("/bytemodel/model.py", "/bytemodel/mtp.py")) for f in files):
+        return " (try a smaller --batch-size, --context or preset)"
+    return " (the input needs more memory than is free)"
+
+
+def need_stdout() -> None:
+    """Refuse to run a command whose output is its stdout when stdout is closed (`>&-`)."""
+    if sys.stdout is None:
+        from ..errors import ConfigError
+        raise ConfigError("stdout is closed: this command prints its result there")

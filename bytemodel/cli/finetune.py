@@ -3,6 +3,8 @@
 ``register(app)`` adds them to the main typer app (bytemodel/cli/__init__.py calls it)."""
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 from typing import Optional
 
@@ -100,7 +102,8 @@ def chat(
     from ..chat import Chat, repl
     with user_errors():
         lm = load(run, device=device)
-        c = Chat(lm.model, lm.tokenizer, system.encode("utf-8") or None, temperature, top_k, top_p, seed, max_bytes)
+        # the system message's bytes as given ($'\xff\xfe' arrives surrogate-escaped)
+        c = Chat(lm.model, lm.tokenizer, os.fsencode(system) or None, temperature, top_k, top_p, seed, max_bytes)
         code = repl(c, banner=f"chat with {lm.path} (context {lm.cfg.context} tokens); Ctrl-D to end")
     raise typer.Exit(code)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from .errors import user_errors
+from .errors import need_stdout, user_errors
 
 
 def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -30,6 +30,7 @@ def readers() -> None:
     """
     from ..readers import list_readers
     with user_errors():
+        need_stdout()
         rows = []
         for cls in list_readers():
             exts = " ".join(e for e in cls.extensions if e.count(".") == 1) or "(fallback)"

@@ -41,13 +41,13 @@ def train_cmd(
 
     Example: bytemodel tokenizer train --source corpus.txt --merges 4096 --out tok.json
     """
-    from ..readers import read_documents
+    from ..readers import stream_documents
     from ..tokenizer import Tokenizer
     with user_errors():
         if not (max_sample_mb > 0 and math.isfinite(max_sample_mb)):
             raise TokenizerError(f"max-sample-mb must be a positive number, got {max_sample_mb}")
         t0 = time.perf_counter()
-        docs = read_documents(source, reader or None)
+        docs = stream_documents(source, reader or None)   # pieces: no document is held whole
         tok = Tokenizer.train(docs, merges, pre_split=pre_split,
                               max_sample_bytes=int(max_sample_mb * (1 << 20)), seed=seed)
         tok.save(out)

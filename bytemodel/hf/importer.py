@@ -9,9 +9,10 @@ generate / score / export.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from .. import checkpoint as ckpt
 from ..config import ModelConfig
@@ -31,12 +32,13 @@ class ImportResult:
 
 
 def _read_json(path: Path, err):
+    from ..fileguard import regular_file
+    from ..jsonguard import loads
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = regular_file(path, "file", err).read_bytes()
     except OSError as e:
         raise err(f"cannot read {path}: {e.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise err(f"{path}: not valid JSON ({type(e).__name__})") from None
+    return loads(raw, str(path), err)
 
 
 def import_hf(src, out_dir, force: bool = False) -> ImportResult:
@@ -59,6 +61,9 @@ def import_hf(src, out_dir, force: bool = False) -> ImportResult:
     if tok.vocab_size > cfg.vocab_size:
         raise TokenizerError(f"{src}: the tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}")
     flat = hl.from_hf(cfg, read_dir_tensors(src), str(src))
+    if not np.isfinite(flat).all():
+        bad = int((~np.isfinite(flat)).sum())
+        raise CheckpointError(f"{src}: {bad:,} weights are NaN or infinite; a model cannot compute with them")
     try:
         ckpt.save(target, cfg, tok, flat)
     except OSError as e:

@@ -20,6 +20,8 @@ two halves of a head (rotate-half RoPE), so no permutation is needed.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..config import ModelConfig
@@ -89,8 +91,18 @@ def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 _BUFFERS = ("rotary_emb.inv_freq",)
 
 
+def _check_sizes(cfg: ModelConfig, tensors: dict[str, np.ndarray], where: str) -> None:
+    """The config's layer count against the tensors the files really hold, before a name is made for
+    each (num_hidden_layers 1e9 would make 9e9 names first). Past this the work is bounded by the
+    tensors: every shape is compared before the flat buffer is allocated."""
+    if cfg.n_layers > len(tensors):
+        raise CheckpointError(f"{where}: config.json describes {cfg.n_layers:,} layers but the weight files "
+                              f"hold only {len(tensors):,} tensors")
+
+
 def from_hf(cfg: ModelConfig, tensors: dict[str, np.ndarray], where: str) -> np.ndarray:
     """{HF name: array} -> our flat float32 parameters. Missing, extra or misshapen tensors are errors."""
+    _check_sizes(cfg, tensors, where)
     want = hf_shapes(cfg)
     for name, t in tensors.items():
         if name in want:
@@ -167,7 +179,8 @@ def config_from_hf(d: dict, where: str) -> ModelConfig:
 
     def num(key, default=None, kind=int):
         v = d.get(key, default)
-        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and v != int(v)):
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or (isinstance(v, float) and not math.isfinite(v)) or (kind is int and v != int(v)):
             raise ConfigError(f"{where}: {key} is {v!r}, expected {'an integer' if kind is int else 'a number'}")
         return kind(v)
 

@@ -9,13 +9,14 @@ Sharded checkpoints (model.safetensors.index.json) are read shard by shard. Pick
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CheckpointError
+from ..fileguard import regular_file
+from ..jsonguard import loads
 
 _DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8"), "BF16": np.dtype("<u2")}
 MAX_HEADER = 100 << 20  # a header longer than 100 MB is not a real checkpoint
@@ -23,6 +24,7 @@ MAX_HEADER = 100 << 20  # a header longer than 100 MB is not a real checkpoint
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """{name: float32 array} of one .safetensors file; CheckpointError if it is not one."""
+    regular_file(path, "weights file", CheckpointError)
     try:
         with open(path, "rb") as f:
             head = f.read(8)
@@ -31,12 +33,10 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             n = int.from_bytes(head, "little")
             if not 0 < n <= MAX_HEADER:
                 raise CheckpointError(f"{path}: not a safetensors file (header length {n})")
-            header = json.loads(f.read(n).decode("utf-8"))
+            header = loads(f.read(n), f"{path}: the safetensors header", CheckpointError)
             data = np.fromfile(f, dtype=np.uint8)
     except OSError as e:
         raise CheckpointError(f"cannot read {path}: {e.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file")
     out = {}
@@ -68,9 +68,9 @@ def read_dir_tensors(d: Path) -> dict[str, np.ndarray]:
         return read_safetensors(single)
     if index.is_file():
         try:
-            wm = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            wm = loads(regular_file(index, "index", CheckpointError).read_bytes(), str(index), CheckpointError)["weight_map"]
             files = sorted(set(wm.values()))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (OSError, KeyError, TypeError, AttributeError):
             raise CheckpointError(f"{index}: not a valid safetensors index") from None
         out = {}
         for name in files:
@@ -88,5 +88,5 @@ def tensor_names(path: Path) -> list[str]:
     """The tensor names in a safetensors file's header (without reading the tensors)."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n).decode("utf-8"))
+        header = loads(f.read(min(n, MAX_HEADER)), f"{path}: the safetensors header", CheckpointError)
     return [k for k in header if k != "__metadata__"]

@@ -15,6 +15,7 @@ entries whose name starts with '.' (.git, editor files) are skipped.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +27,9 @@ __all__ = ["Reader", "register", "get_reader", "detect", "list_readers", "read_d
            "stream_documents", "write_output", "source_files", "load_plugins"]
 
 
+_REPORTED: set[str] = set()    # skipped entries already named on stderr
+
+
 def source_files(path: str | os.PathLike) -> list[Path]:
     """The files a source names: the file itself, or every non-hidden file under a directory."""
     from ..fileguard import regular_file
@@ -34,7 +38,8 @@ def source_files(path: str | os.PathLike) -> list[Path]:
         raise SourceError(f"source not found: {p}")
     if not p.is_dir():
         return [regular_file(p)]   # a pipe, FIFO or device cannot be read twice, or ends never
-    files = []
+    from ..fileguard import kind_of
+    files, skipped = [], []
 
     def refuse(e: OSError):    # os.walk would skip a folder it may not read, and call it empty
         raise SourceError(f"cannot list {e.filename or p}: {e.strerror or e}")
@@ -46,8 +51,23 @@ def source_files(path: str | os.PathLike) -> list[Path]:
             continue
         seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        files += [Path(folder) / n for n in names if not n.startswith(".") and os.path.isfile(os.path.join(folder, n))]
+        for n in names:
+            if n.startswith("."):
+                continue
+            if os.path.isfile(os.path.join(folder, n)):
+                files.append(Path(folder) / n)
+            else:      # a FIFO, device, socket or dangling link: never read, and said so
+                skipped.append(Path(folder) / n)
     files.sort()
+    for s in sorted(skipped):
+        if str(s) in _REPORTED or sys.stderr is None:   # a source is listed several times in one run
+            continue
+        _REPORTED.add(str(s))
+        try:
+            what = kind_of(os.stat(s).st_mode)
+        except OSError:
+            what = "dangling link"
+        sys.stderr.write(f"note: skipped {s} (a {what}, not a regular file)\n")
     if not files:
         raise SourceError(f"directory has no files: {p}")
     return files

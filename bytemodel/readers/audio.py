@@ -29,8 +29,9 @@ from ..errors import SourceError
 from .base import Reader, choice, need
 
 DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
-MAX_UPSAMPLE = 256   # a file decodes to at most this many samples per sample it holds: memory
-                     # stays bounded by the file's real content (1000 -> 192000 Hz needs 192)
+MAX_UPSAMPLE = 32    # a file decodes to at most this many samples per sample it holds: memory
+                     # stays bounded by the file's real content (8000 -> 192000 Hz needs 24; resampling
+                     # holds ~4 float64 arrays of the output, so a 1 MB WAV needs at most ~0.5 GB)
 
 # ---- G.711 mu-law -----------------------------------------------------------------------------
 _BIAS, _CLIP = 0x84, 32635

@@ -189,11 +189,8 @@ class Tokenizer:
             raw = path.read_bytes()
         except OSError as e:
             raise TokenizerError(f"cannot read tokenizer {path}: {e.strerror}") from None
-        try:
-            d = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TokenizerError(f"{path}: not valid JSON ({e.__class__.__name__}); the file is corrupt") from None
-        return cls.from_dict(d, str(path))
+        from ..jsonguard import loads
+        return cls.from_dict(loads(raw, f"{path} (the file is corrupt)", TokenizerError), str(path))
 
 
 def _from_v0(d: dict, where: str) -> dict:

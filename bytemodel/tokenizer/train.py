@@ -21,6 +21,7 @@ alphabet in byte order.)
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from typing import Iterable
 
@@ -33,6 +34,8 @@ from .vocab import MAX_VOCAB, SPECIALS
 
 DEFAULT_MAX_SAMPLE_BYTES = 16 << 20  # 16 MiB: ~1 GB peak while training (~60 bytes per sample byte)
 SAMPLE_BLOCK = 1 << 16  # sampling unit: 64 KiB slices of big documents, or packs of small ones
+READ_FACTOR = 64        # the sample is drawn from at most this many times its size of the source (16 MiB
+                        # -> the first GiB): a 7.5 KB .bz2 of 10 GiB is not decompressed to the end
 
 
 def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
@@ -43,10 +46,14 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
     units fit, everything is kept; otherwise reservoir sampling (Algorithm R, NumPy generator
     seeded with `seed`) keeps max_bytes // SAMPLE_BLOCK units, returned in input order, with
     consecutive kept slices of one document joined again (so a source that fits comes back as its
-    documents). Memory is the sample plus the largest single document the iterable yields.
+    documents). ``data`` may also be stream_documents' (piece, last) pairs: memory is then the
+    sample plus one block, whatever a document's size (else the largest document). At most
+    READ_FACTOR times max_bytes of the source is read.
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = [bytes(data)]
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], tuple):
+        data = iter(data)
     if isinstance(data, (list, tuple)) and sum(map(len, data)) <= max_bytes:  # it all fits
         return [d if isinstance(d, bytes) else bytes(d) for d in data if len(d)]
     cap = max(1, max_bytes // SAMPLE_BLOCK) if max_bytes >= SAMPLE_BLOCK else 1
@@ -57,22 +64,58 @@ def sample_segments(data, max_bytes: int, seed: int = 0) -> list[bytes]:
     kept: list[tuple[int, list[tuple[int, int, bytes]]]] = []
     n_units = 0
 
+    it = iter(data)
+    first = next(it, None)
+    streamed = isinstance(first, tuple)      # (piece, last piece of its document): stream_documents
+    items = itertools.chain([] if first is None else [first], it)
+    budget = {"left": READ_FACTOR * max(max_bytes, 1)}   # what is read at all, not just what is kept
+
+    def docs_of_pieces():
+        """(document number, its bytes if small, else None and its slices) from streamed pieces,
+        holding at most one block of a document at a time."""
+        k, cur, j = 0, b"", 0
+        for piece, last in items:
+            cur += bytes(piece)
+            while len(cur) > block or (len(cur) == block and not last):
+                yield k, None, [(j, cur[:block])]
+                cur, j = cur[block:], j + 1
+            if last:
+                if j or len(cur) >= block:      # a big document's last slice
+                    if cur:
+                        yield k, None, [(j, cur)]
+                elif cur:
+                    yield k, cur, None
+                k, cur, j = k + 1, b"", 0
+        if cur:
+            yield k, (None if j else cur), ([(j, cur)] if j else None)
+
+    def docs_whole():
+        for k, doc in enumerate(items):
+            doc = bytes(doc)
+            if len(doc) >= block:
+                yield k, None, [(j, doc[i:i + block]) for j, i in enumerate(range(0, len(doc), block))]
+            elif doc:
+                yield k, doc, None
+
     def units():  # each unit: list of (document number, slice number, bytes)
         pack: list[tuple[int, int, bytes]] = []
         size = 0
-        for k, doc in enumerate(data):
-            doc = bytes(doc)
-            if not doc:
+        for k, small, slices in (docs_of_pieces() if streamed else docs_whole()):
+            if budget["left"] <= 0:
+                break
+            if slices is not None:
+                for j, piece in slices:
+                    if budget["left"] <= 0:
+                        break
+                    budget["left"] -= len(piece)
+                    yield [(k, j, piece)]
                 continue
-            if len(doc) >= block:
-                for j, i in enumerate(range(0, len(doc), block)):
-                    yield [(k, j, doc[i:i + block])]
-                continue
-            if size + len(doc) > block:
+            budget["left"] -= len(small)
+            if size + len(small) > block:
                 yield pack
                 pack, size = [], 0
-            pack.append((k, 0, doc))
-            size += len(doc)
+            pack.append((k, 0, small))
+            size += len(small)
         if pack:
             yield pack
 

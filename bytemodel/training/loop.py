@@ -31,7 +31,7 @@ from ..errors import BytemodelError, CheckpointError, ConfigError, SourceError, 
 from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
 from .optim import LossScaler, lr_at
-from ..runfiles import new_folders, remove_failed_run, trim_metrics, verify_tokens
+from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics, verify_tokens
 from ..pairs import ExampleCorpus, open_examples
 from .budget import Budget
 from .watch import Watch
@@ -145,7 +145,6 @@ def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
 
 def prepare(tc: TrainConfig, resume: bool = False):
     """Set up (or reopen) a run: directory, tokenizer, corpus, model config, loaded checkpoint."""
-    from ..readers import read_documents
     if not resume:
         tc.validate()
     run_dir = Path(tc.out_dir) if tc.out_dir else None
@@ -172,8 +171,11 @@ def prepare(tc: TrainConfig, resume: bool = False):
         tc.validate()
         tok = loaded.tokenizer
         corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
-        if corpus.sha256 != loaded.train.get("corpus_sha256"):
-            raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on")
+        if corpus.sha256 != loaded.train.get("corpus_sha256") \
+                or loaded.train.get("corpus_split", corpus.split) != corpus.split \
+                or loaded.train.get("n_bytes", corpus.n_bytes) != corpus.n_bytes:   # corpus.json's split and size too
+            raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on "
+                                  f"(its tokens, split or size differ)")
         if isinstance(corpus, ExampleCorpus):     # tokens, mask and spans hashed again
             corpus.verify(loaded.cfg.vocab_size, run_dir)
         else:
@@ -206,14 +208,11 @@ def prepare(tc: TrainConfig, resume: bool = False):
     if (run_dir / ckpt.CKPT_NAME).exists():
         raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
     ctx0 = tc.context or PRESETS["tiny" if tc.preset == "auto" else tc.preset]["context"]
-    docs = lambda: read_documents(tc.source, tc.reader or None)  # noqa: E731
-    tok = _make_tokenizer(tc, docs)
-    if tok.merges:
-        corpus = build_corpus(docs(), tok, run_dir, tc.val_fraction, ctx0)
-    else:  # plain bytes: stream in bounded pieces, whatever the file size
-        from ..readers import stream_documents
-        corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
-                              pieces=stream_documents(tc.source, tc.reader or None))
+    from ..readers import stream_documents   # merges learn from streamed pieces: no document held whole
+    tok = _make_tokenizer(tc, lambda: stream_documents(tc.source, tc.reader or None))
+    # streamed in bounded pieces, whatever the file size (with merges too: encode_chunks)
+    corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
+                          pieces=stream_documents(tc.source, tc.reader or None))
     if tc.reader:
         from ..readers import get_reader
         reader = get_reader(tc.reader)
@@ -282,26 +281,34 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
     A fresh run that fails before its first checkpoint removes the files and folders it made.
     """
     world = distributed.connect(tc.distributed)
-    made, armed = [], False
-    if not resume and world.main:
-        tc.validate()
-        if not tc.out_dir and tc.source:
-            tc.out_dir = str(_next_run_dir(tc.source))
-        if tc.out_dir and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
-            made, armed = new_folders(Path(tc.out_dir)), True
+    made, armed, lock = [], False, None
     try:
+        if not resume and world.main:
+            tc.validate()
+            if not tc.out_dir and tc.source:
+                tc.out_dir = str(_next_run_dir(tc.source))
+            if tc.out_dir and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
+                made = new_folders(Path(tc.out_dir))
+        if world.main and tc.out_dir and (not resume or Path(tc.out_dir).is_dir()):
+            if not resume:
+                Path(tc.out_dir).mkdir(parents=True, exist_ok=True)
+            lock = lock_run(Path(tc.out_dir))     # one writer per run folder, for the run's life
+            armed = not resume and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists()
         return _train(world, tc, resume, progress, log, stop_at, given)
     except BaseException as e:
         if armed and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
             remove_failed_run(Path(tc.out_dir), made)
         world.fail(e)   # several ranks: report once and end the whole job; one process: re-raise
         raise
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, given=None) -> TrainResult:
     tc, run_dir, tok, corpus, cfg, loaded = _prepare_ranks(world, tc, resume)
     if loaded is not None and given and world.main:
-        note_ignored_on_resume(loaded.train["config"], given, log)
+        note_ignored_on_resume(loaded.train["config"], given, log, loaded.cfg)
     device = resolve_device(tc.device)
     world.use_device(device)            # this rank's GPU, and NCCL between the ranks' GPUs
     ops = get_backend(device, tc.precision)
@@ -349,7 +356,7 @@ def _train(world, tc: TrainConfig, resume: bool, progress: bool, log, stop_at, g
 
     def train_state():
         return {"config": dataclasses.asdict(tc), "step": step, "optim": opt.state(),
-                "scaler": scaler.state(), "corpus_sha256": corpus.sha256, "val_bpb": last_val,
+                "scaler": scaler.state(), "corpus_sha256": corpus.sha256, "corpus_split": corpus.split, "val_bpb": last_val,
                 "val_se": last_se, "n_bytes": corpus.n_bytes, "watch": watch.state(),
                 "train_seconds": budget.elapsed(), "budget_planned": budget.planned}
 

@@ -21,6 +21,7 @@ from threadpoolctl import ThreadpoolController
 
 
 MAX_DEFAULT_WORKERS = 8  # each worker holds a full gradient buffer: more cores go to BLAS threads
+THREADS_PER_CORE = 4     # the most workers a core gets when asked (tests split batches 3 ways on 2 cores)
 
 
 def cores() -> int:
@@ -34,12 +35,32 @@ def default_workers() -> int:
     return min(cores(), MAX_DEFAULT_WORKERS)
 
 
+def available_memory() -> int | None:
+    """Bytes of memory free now (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def bounded_workers(requested: int, replica_bytes: int) -> int:
+    """Workers as asked, but at most THREADS_PER_CORE per core (threads beyond the cores only wait)
+    and never more replicas than half the free memory holds (--workers 256 on the small preset
+    asked for 7.6 GB)."""
+    n = min(max(1, requested), THREADS_PER_CORE * cores())
+    free = available_memory()
+    if free is not None and replica_bytes > 0:
+        n = min(n, max(1, free // 2 // replica_bytes))
+    return n
+
+
 class CoreParallel:
     """loss_and_grad / forward over `workers` slices of the batch. workers=1 is the model itself."""
 
     def __init__(self, model, workers: int | None = None):
         self.model = model
-        self.workers = max(1, workers or default_workers())
+        # a replica holds a gradient buffer, activations and scratch: about 3 copies of the weights
+        self.workers = bounded_workers(workers or default_workers(), 12 * int(model.params.size))
         if not model.ops.cpu_threads:    # a GPU backend runs the whole batch at once
             self.workers = 1
         self.replicas = [model] + [model.replica() for _ in range(self.workers - 1)]
