@@ -41,6 +41,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *
         fd, tmp = make_temp(folder)
     except OSError as e:
         if error is None:
+            if not e.filename:     # a full disk or device (/dev/full): say which file it was
+                raise OSError(e.errno, e.strerror or str(e), str(path)) from None
             raise
         raise error(f"cannot write {path}: {e.strerror or e}") from None
     try:

@@ -321,11 +321,11 @@ def test_workers_are_bounded_by_cores():
 
 
 def test_tokenizer_train_on_a_bz2_bomb_reads_a_bounded_amount(tmp_path):
-    """128 MiB of zeros as 8 bz2 streams of 16 MiB (a few hundred bytes): the sample of 0.1 MiB is
+    """128 MiB of text as 8 bz2 streams of 16 MiB (a few hundred bytes): the sample of 0.1 MiB is
     drawn from at most READ_FACTOR times it, streamed; tracemalloc's peak stays under 48 MiB (one
     document held whole, before, was 128 MiB)."""
-    one = bz2.compress(bytes(16 << 20), 1)
-    p = tmp_path / "bomb.bin.bz2"
+    one = bz2.compress(b"a" * (16 << 20), 1)
+    p = tmp_path / "bomb.txt.bz2"
     p.write_bytes(one * 8)
     tracemalloc.start()
     try:
@@ -336,3 +336,75 @@ def test_tokenizer_train_on_a_bz2_bomb_reads_a_bounded_amount(tmp_path):
         tracemalloc.stop()
     assert peak < 48 << 20, peak
     assert code == 0 or _one_error_line(out), out
+
+
+# ------------------------------------------------------------------------------ 8. minor
+
+def test_resume_names_ignored_model_flags_with_the_kept_values(run, tmp_path):
+    R = _copy_run(run, tmp_path / "notes")
+    lines = []
+    bytemodel.train("", str(R), resume=True, steps=6, context=64, model={"d_model": 64, "mtp": 2, "rope_theta": 5.0},
+                    log=lines.append)
+    text = "\n".join(map(str, lines))
+    assert "--d-model 64 ignored on --resume: the run keeps its own 32" in text, text
+    assert "--mtp 2 ignored" in text and "--rope-theta 5.0 ignored" in text, text
+    assert "--context 64 ignored on --resume: the run keeps its own 32" in text, text
+
+
+def test_out_of_memory_advice_only_from_the_model():
+    import typer
+    from bytemodel.cli.errors import user_errors
+    from bytemodel.config import ModelConfig
+    from bytemodel.model import Model
+    from bytemodel.ops import get_backend
+    msgs = []
+    for make in (lambda: Model(ModelConfig(d_model=1 << 22, n_heads=1 << 10, d_ff=1 << 22, n_layers=1 << 10),
+                               get_backend("cpu")),
+                 lambda: (_ for _ in ()).throw(MemoryError())):
+        from click.testing import CliRunner   # capture what user_errors prints
+        import click
+
+        @click.command()
+        def cmd():
+            with user_errors():
+                make()
+        msgs.append(CliRunner().invoke(cmd).output)
+    assert "--batch-size" in msgs[0] and "--batch-size" not in msgs[1], msgs
+    assert all(_one_error_line(m) and "out of memory" in m for m in msgs), msgs
+
+
+def test_a_full_disk_names_the_file(tmp_path):
+    import errno
+    from bytemodel.atomic import write_atomic
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError) as e:
+        write_atomic(tmp_path / "x.bin", full)
+    assert e.value.filename == str(tmp_path / "x.bin") and not list(tmp_path.iterdir())
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OSError) as e:
+            write_atomic("/dev/full", b"x" * 10000)
+        assert e.value.filename == "/dev/full"
+
+
+def test_a_directory_source_names_what_it_skips(tmp_path, capsys):
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "a.txt").write_bytes(b"hello")
+    os.mkfifo(d / "pipe")
+    (d / "gone").symlink_to(tmp_path / "nowhere")
+    docs = list(bytemodel.readers.read_documents(d))
+    err = capsys.readouterr().err
+    assert docs == [b"hello"]
+    assert f"note: skipped {d / 'pipe'} (a pipe or FIFO" in err and f"note: skipped {d / 'gone'}" in err, err
+
+
+@pytest.mark.parametrize("args", [["info", "R"], ["readers"], ["score", "toy.txt", "-c", "R"]])
+def test_printing_commands_refuse_a_closed_stdout(run, args):
+    import shlex
+    import subprocess
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "bytemodel.cli", *args])
+    r = subprocess.run(f"{cmd} >&-", shell=True, cwd=run, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(Path(bytemodel.__file__).parents[1])})
+    assert r.returncode == 2 and _one_error_line(r.stderr) and "stdout is closed" in r.stderr, r.stderr
