@@ -163,6 +163,18 @@ class TrainConfig:
     examples: str = ""         # "pairs" or "chat": source is a JSONL file of examples ("" = plain data)
     val_source: str = ""       # held-out examples (JSONL); "" = hold out val_fraction of them
 
+    def freeze(self) -> "TrainConfig":
+        """A copy that refuses changes: a run's settings once resolved (training/prepare.py). What
+        the run decides as it trains (its planned steps, why it stopped) is loop state instead."""
+        out = dataclasses.replace(self)
+        object.__setattr__(out, "_frozen", True)
+        return out
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_frozen"):
+            raise dataclasses.FrozenInstanceError(f"the run's settings are resolved; cannot set {name}")
+        object.__setattr__(self, name, value)
+
     def validate(self) -> None:
         if self.steps <= 0:
             raise ConfigError(f"steps must be positive, got {self.steps}")

@@ -1,6 +1,6 @@
 """A fine-tune's parent: the model, tokenizer and weights a fine-tuning run starts from.
 
-Used by training.prepare / training.train when a run's settings name a parent (finetune.py is
+Used by training/prepare.py and training/loop.py when a run's settings name a parent (finetune.py is
 the user's entry). What a fine-tune is:
 
 A fine-tune is an ordinary run (the same loop, checkpoints, metrics, exact resume) that
@@ -30,8 +30,9 @@ DEFAULTS = dict(steps=300, lr=5e-4, warmup=20)  # gentler than pretraining: the 
 
 
 def prepare_finetune(tc, next_run_dir):
-    """prepare() for a new fine-tune run: -> (tc, run_dir, tok, corpus, cfg, None).
-    next_run_dir(source): the run directory when tc.out_dir is not given."""
+    """prepare() for a new fine-tune run: -> (run_dir, tok, corpus, cfg); fills the draft settings
+    `tc` in (parent, its checksum, context, out_dir). next_run_dir(source): the run directory when
+    tc.out_dir is not given."""
     from .chat_template import chat_tokenizer
     from .config import ModelConfig
     from .corpus import build_corpus
@@ -70,7 +71,7 @@ def prepare_finetune(tc, next_run_dir):
         from .readers import read_documents
         corpus = build_corpus(read_documents(tc.source, tc.reader or None), tok, run_dir, tc.val_fraction,
                               cfg.context)
-    return tc, run_dir, tok, corpus, cfg, None
+    return run_dir, tok, corpus, cfg
 
 
 def _params_sha(loaded) -> str:

@@ -90,16 +90,16 @@ def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file
     monkeypatch.setattr(budget.Budget, "mark", mark)
     s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
     r = bytemodel.train(dna_file, tmp_path / "b", minutes=0.1, **s)
-    planned = ck.load(r.checkpoint).train["config"]["steps"]
+    planned = ck.load(r.checkpoint).train["loop"]["planned_steps"]   # the run's own decision, not a setting
     assert planned == r.step and planned in (59, 60), planned
     first_val = [h["step"] for h in r.history if "val_bpb" in h][0]
     assert first_val == 10                                   # the forced validation at the plan
     # interrupted after the plan, resumed: the same total (not planned again), to the end
     part = bytemodel.train(dna_file, tmp_path / "c", minutes=0.1, stop_at=15, **s)
     st = ck.load(part.checkpoint).train
-    assert st["budget_planned"] and st["step"] == 15 and st["config"]["steps"] == planned
+    assert st["budget_planned"] and st["step"] == 15 and st["loop"]["planned_steps"] == planned
     resumed = bytemodel.train(None, tmp_path / "c", resume=True)
-    assert resumed.step == st["config"]["steps"]
+    assert resumed.step == planned
 
 
 def _overflow_from(monkeypatch, first_bad_step):

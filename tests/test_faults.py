@@ -640,7 +640,7 @@ def test_bad_numbers_are_refused_before_any_work(tmp_path, flags, words):
 
 
 def test_workers_from_a_crafted_checkpoint_are_bounded(run_copy):
-    from bytemodel.training.loop import TrainConfig, prepare
+    from bytemodel.training.prepare import TrainConfig, prepare
     ld = ck.load(run_copy)
     state = {**ld.train, "config": {**ld.train["config"], "workers": 10 ** 6}}
     ck.save(run_copy / ck.CKPT_NAME, ld.cfg, ld.tokenizer, ld.params, state, ld.m, ld.v)

@@ -368,7 +368,9 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
         if t:
             kind = "best weights" if t.get("best") else "latest weights"
             se = f" ± {t['val_se']:.4f}" if t.get("val_se") is not None else ""
-            typer.echo(f"trained: step {t.get('step')} of {t.get('config', {}).get('steps')} ({kind}), "
+            loop = t.get("loop") if isinstance(t.get("loop"), dict) else {}   # older runs: the settings' steps
+            planned = loop.get("planned_steps", t.get("config", {}).get("steps"))
+            typer.echo(f"trained: step {t.get('step')} of {planned} ({kind}), "
                        f"validation {t.get('val_bpb')}{se} bits/byte")
 
 

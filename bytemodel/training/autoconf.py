@@ -1,7 +1,7 @@
 """Settings a run fills in for itself: the preset, its learning rate, warmup and batch, the precision.
 
 A TrainConfig leaves these at their "auto" values (preset "auto", lr 0, warmup -1, batch_size 0,
-eval_every 0, precision "auto"); `resolve(tc, device, n_bytes)` replaces each one left so by the rules below,
+eval_every 0, precision "auto"); `resolve(tc, device, train_bytes, cores)` replaces each one left so by the rules below,
 and keeps every value the user gave. What it chose is stored in the checkpoint, so a resumed run
 continues with the same settings.
 
@@ -88,17 +88,14 @@ def gpu_capability() -> tuple[int, int]:
     return int(cc[:-1]), int(cc[-1])
 
 
-def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> list[str]:
-    """Fill tc's auto fields in place; return a note per field chosen (for the run's log)."""
-    notes = []
+def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> None:
+    """Fill the auto fields of the draft settings `tc` in place (before prepare freezes them)."""
     if tc.preset == "auto":
         if train_bytes is None:
             raise ConfigError("--preset auto needs the corpus size")
         tc.preset = auto_preset(train_bytes, device, cores)
-        notes.append(f"preset {tc.preset} (auto: {train_bytes:,} training bytes on {device})")
     if tc.dropout == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
         tc.dropout = auto_dropout(train_bytes, device)
-        notes.append(f"dropout {tc.dropout:g} (auto)")
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
     d = PRESET_TRAIN[tc.preset]
@@ -114,5 +111,3 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> 
         tc.eval_tokens = CPU_EVAL_TOKENS
     if tc.precision == "auto":
         tc.precision = auto_precision(device)
-        notes.append(f"precision {tc.precision} (auto)")
-    return notes

@@ -8,8 +8,8 @@ too, and then fixes
 
     total = step + (budget left) / (seconds per step + seconds per validation-and-save / eval_every)
 
-The total is written into the run's settings (TrainConfig.steps) and so into every checkpoint: a
-resumed run continues to the same total on the same schedule. Until the plan is made the cosine
+The total is the loop's own state (LoopState.planned, training/loop.py), not a setting, and goes
+into every checkpoint: a resumed run continues to the same total on the same schedule. Until the plan is made the cosine
 has not started (the learning rate is the warmup's, then the peak), so nothing depends on it yet.
 If the run is slower than planned (a busy machine), it stops at OVERRUN x the budget all the same.
 """

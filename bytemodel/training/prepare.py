@@ -1,0 +1,168 @@
+"""Setting up a run before its first step: the run directory, tokenizer, corpus and model config.
+
+`prepare(tc)` resolves every "auto" setting (training/autoconf.py) on a copy of `tc` and returns
+a `Run` whose settings are frozen from then on: what the run decides while it trains (the planned
+step count, why it stopped) is the loop's state (training/loop.py), not a change to its settings.
+On resume the settings come from the checkpoint (checked strictly: a checkpoint is a file anyone
+can craft); only the HONOURED_ON_RESUME ones (validation.py) may be given anew.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import checkpoint as ckpt
+from ..config import PRESETS, ModelConfig, TrainConfig, preset as make_preset
+from ..corpus import build_corpus, open_corpus
+from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError
+from ..ops import resolve_device
+from ..pairs import ExampleCorpus, open_examples
+from ..runfiles import verify_tokens
+from ..tokenizer import Tokenizer
+from ..validation import stored_train_config
+from . import distributed
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a run trains with. tc: the resolved settings (frozen); loaded: the checkpoint it
+    resumes from (None for a fresh run)."""
+    tc: TrainConfig
+    run_dir: Path
+    tok: Tokenizer
+    corpus: object           # a Corpus (corpus.py) or an ExampleCorpus (pairs.py)
+    cfg: ModelConfig
+    loaded: ckpt.Loaded | None = None
+
+
+def next_run_dir(source: str, root: Path = Path("runs")) -> Path:
+    stem = Path(source.rstrip("/")).name.split(".")[0] or "run"
+    for i in range(1, 10000):
+        d = root / f"{stem}-{i}"
+        if not d.exists():
+            return d
+    raise ConfigError(f"too many runs named {stem}-N under {root}")
+
+
+def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
+    if tc.tokenizer:
+        if tc.merges:
+            raise ConfigError("give either --merges (learn them) or --tokenizer (a tok.json), not both")
+        return Tokenizer.load(tc.tokenizer)
+    if tc.merges == 0:
+        return Tokenizer()
+    return Tokenizer.train(documents_fn(), tc.merges)
+
+
+def prepare(tc: TrainConfig, resume: bool = False) -> Run:
+    """Set up (or reopen) a run; `tc` itself is left as it was given."""
+    tc = dataclasses.replace(tc)        # the draft that resolving fills in
+    if resume:
+        return _reopen(tc)
+    tc.validate()
+    if not tc.source:
+        raise SourceError("no source given (--source PATH)")
+    if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
+        return _prepare_finetune(tc)
+    return _prepare_fresh(tc)
+
+
+def _reopen(given: TrainConfig) -> Run:
+    """The run in given.out_dir, as its checkpoint left it; its corpus checked against the checkpoint."""
+    if not given.out_dir:
+        raise ConfigError("--resume needs the run directory (--out DIR)")
+    run_dir = Path(given.out_dir)
+    loaded = ckpt.load(run_dir)
+    if given.tokenizer:
+        other = Tokenizer.load(given.tokenizer)
+        if other.merges != loaded.tokenizer.merges:
+            raise TokenizerError(f"tokenizer {given.tokenizer} does not match the checkpoint's "
+                                 f"({other.n_merges} vs {loaded.tokenizer.n_merges} merges, or different ones)")
+    stored = loaded.train.get("config")
+    tc = stored_train_config(TrainConfig, loaded.train, str(loaded.path), out_dir=str(run_dir),
+                             steps=given.steps or (stored.get("steps", 0) if isinstance(stored, dict) else 0),
+                             device=given.device, precision=given.precision,
+                             distributed=given.distributed, shard_optimizer=given.shard_optimizer)
+    if tc.precision == "auto":
+        from .autoconf import auto_precision
+        tc.precision = auto_precision(resolve_device(tc.device))
+    tc.validate()
+    corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
+    if corpus.sha256 != loaded.train.get("corpus_sha256") \
+            or loaded.train.get("corpus_split", corpus.split) != corpus.split \
+            or loaded.train.get("n_bytes", corpus.n_bytes) != corpus.n_bytes:   # corpus.json's split and size too
+        raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on "
+                              f"(its tokens, split or size differ)")
+    if isinstance(corpus, ExampleCorpus):     # tokens, mask and spans hashed again
+        corpus.verify(loaded.cfg.vocab_size, run_dir)
+    else:
+        verify_tokens(corpus.tokens, corpus.sha256, loaded.cfg.vocab_size, run_dir)
+    cfg = loaded.cfg
+    if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
+        raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
+                          f"window of context {cfg.context}")
+    return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded)
+
+
+def _prepare_finetune(tc: TrainConfig) -> Run:
+    from ..lineage import prepare_finetune
+    from .autoconf import resolve
+    run_dir, tok, corpus, cfg = prepare_finetune(tc, next_run_dir)   # fills in parent, context, out_dir
+    if tc.preset == "auto":   # the auto settings (batch, validation interval) of the parent's size
+        tc.preset = next((n for n, p in PRESETS.items() if p["d_model"] == cfg.d_model), "tiny")
+    resolve(tc, resolve_device(tc.device))
+    tc.validate()
+    if tc.dropout >= 0:   # given: the fine-tune's own; otherwise the parent's
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), "dropout": tc.dropout})
+    return Run(tc.freeze(), run_dir, tok, corpus, cfg)
+
+
+def _prepare_fresh(tc: TrainConfig) -> Run:
+    from ..readers import stream_documents
+    from .autoconf import resolve
+    from .runner import cores
+    if not tc.out_dir:
+        tc.out_dir = str(next_run_dir(tc.source))
+    run_dir = Path(tc.out_dir)
+    if (run_dir / ckpt.CKPT_NAME).exists():
+        raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
+    ctx0 = tc.context or PRESETS["tiny" if tc.preset == "auto" else tc.preset]["context"]
+    # merges learn from streamed pieces: no document held whole
+    tok = _make_tokenizer(tc, lambda: stream_documents(tc.source, tc.reader or None))
+    # streamed in bounded pieces, whatever the file size (with merges too: encode_chunks)
+    corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
+                          pieces=stream_documents(tc.source, tc.reader or None))
+    if tc.reader:
+        from ..readers import get_reader
+        reader = get_reader(tc.reader)
+        if reader.augments:                  # the reader adds copies of training documents
+            from .augment import add_training_copies
+            corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
+    train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
+    resolve(tc, resolve_device(tc.device), train_bytes, cores())
+    tc.validate()
+    ctx = tc.context or PRESETS[tc.preset]["context"]
+    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout})
+    return Run(tc.freeze(), run_dir, tok, corpus, cfg)
+
+
+def _open_prepared(d: dict) -> Run:
+    """A rank other than 0 opens the run rank 0 has just prepared (same settings, corpus, model)."""
+    tc = TrainConfig(**d["tc"])
+    run_dir = Path(tc.out_dir)
+    corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
+    return Run(tc.freeze(), run_dir, Tokenizer.from_dict(d["tok"]), corpus, ModelConfig.from_dict(d["cfg"]))
+
+
+def prepare_ranks(world, tc: TrainConfig, resume: bool) -> Run:
+    """prepare() on rank 0 (it may build the corpus); the other ranks then open the same run."""
+    if resume:
+        return distributed.on_rank0_first(world, lambda: prepare(tc, True), lambda _: prepare(tc, True))
+    box = {}
+
+    def first():
+        box["run"] = run = prepare(tc, False)
+        return {"tc": dataclasses.asdict(run.tc), "tok": run.tok.to_dict(), "cfg": run.cfg.to_dict()}
+    d = distributed.on_rank0_first(world, first, _open_prepared)
+    return box["run"] if world.main else d
