@@ -38,7 +38,7 @@ def ours(cfg, B, T, steps, rng):
 
     def step():
         m.grads[...] = 0
-        runner.loss_and_grad(x, y)
+        runner.loss_and_grad(x, y, 1 / x.size)
         opt.step(1e-3, clip=1.0, norm=m.ops.global_norm(m.grads))
     for _ in range(WARMUP):
         step()

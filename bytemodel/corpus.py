@@ -7,11 +7,18 @@ is never seen in training). The file is memory-mapped, so corpora larger than RA
 
 The sampler is a pure function of (seed, step): a resumed run sees exactly the batches an
 uninterrupted one would, with no sampler state to save.
+
+Every corpus a run trains on (this one, and pairs.ExampleCorpus for fine-tuning examples) answers
+the same three calls, so the training loop never asks which kind it has:
+    sample(batch, context, seed, step) -> x, y (B, T) int64 and a loss mask (B, T) or None
+    score(forward, tokenizer, context, max_tokens) -> (bits per byte, its standard error)
+    verify(vocab_size, where)                       the files still match the checkpoint's hash
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +32,7 @@ from .tokenizer import Tokenizer
 
 TOKENS_FILE = "tokens.u16"
 CORPUS_FILE = "corpus.json"
+LN2 = math.log(2)
 
 
 @dataclass
@@ -42,6 +50,21 @@ class Corpus:
     @property
     def val(self) -> np.ndarray:
         return self.tokens[self.split:]
+
+    def sample(self, batch: int, context: int, seed: int, step: int):
+        """Random training windows x, y (B, T); no mask: every target counts. Pure in (seed, step)."""
+        x, y = sample_batch(self.train, batch, context, seed, step)
+        return x, y, None
+
+    def score(self, forward, tokenizer: Tokenizer, context: int, max_tokens: int) -> tuple[float, float]:
+        """Bits per byte of the held-out tail and its standard error (score_tokens)."""
+        bpb, _, se = score_tokens(forward, self.val, tokenizer, context, max_tokens)
+        return bpb, se
+
+    def verify(self, vocab_size: int, where) -> None:
+        """Hash the token file again (resume) and check its ids; SourceError if it changed."""
+        from .runfiles import verify_tokens
+        verify_tokens(self.tokens, self.sha256, vocab_size, where)
 
 
 def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
@@ -165,3 +188,40 @@ def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
         e = min(n, s + context)
         chunk = np.asarray(tokens[s:e + 1]).astype(np.int64)
         yield chunk[None, :-1], chunk[None, 1:]
+
+
+def score_tokens(forward, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+                 batch: int = 16) -> tuple[float, float, float]:
+    """(bits per byte, nats per token, standard error of the bits per byte) on non-overlapping
+    windows of `tokens` (max_tokens 0: all of them); forward(x, y) -> per-token losses (host).
+    The standard error takes the windows as the sample (a ratio estimate: sum of bits / sum of
+    bytes over windows; nan with fewer than two windows)."""
+    win_nll, win_tok, win_bytes = [], [], []
+    full_x, full_y = [], []
+
+    def run(xs, ys):
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        losses = np.asarray(forward(x, y)).astype(np.float64).reshape(y.shape)
+        win_nll.extend(losses.sum(axis=1))
+        win_tok.extend([y.shape[1]] * y.shape[0])
+        win_bytes.extend(tokenizer.token_lengths[y].sum(axis=1))
+
+    for x, y in eval_windows(tokens, context, max_tokens or len(tokens) + context):   # 0: every window
+        if x.shape[1] == context:
+            full_x.append(x)
+            full_y.append(y)
+            if len(full_x) == batch:
+                run(full_x, full_y)
+                full_x, full_y = [], []
+        else:
+            run([x], [y])
+    if full_x:
+        run(full_x, full_y)
+    nll, b = np.array(win_nll), np.array(win_bytes, dtype=np.float64)
+    bpb = nll.sum() / LN2 / max(b.sum(), 1)
+    n = len(nll)
+    se = float("nan")
+    if n > 1 and b.sum() > 0:   # delta-method variance of a ratio of means
+        resid = nll / LN2 - bpb * b
+        se = float(np.sqrt((resid ** 2).sum() / (n * (n - 1))) / b.mean())
+    return float(bpb), float(nll.sum() / max(sum(win_tok), 1)), se

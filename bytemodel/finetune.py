@@ -40,13 +40,11 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
 def parent_val_bpb(run_dir, device: str | None = None) -> float:
     """The parent's bits/byte on the fine-tune's own validation data (the same windows, the same
     counted targets): the 'before' beside the run's 'after'."""
-    from .corpus import open_corpus
     from .model import Model
     from .ops import get_backend
-    from .pairs import open_examples, score_windows
+    from .training.prepare import open_run_corpus
     from .training.runner import CoreParallel
     from .config import TrainConfig
-    from .training.loop import evaluate
     loaded = ckpt.load(run_dir)
     tc = TrainConfig(**loaded.train["config"])
     if not tc.parent:
@@ -56,12 +54,11 @@ def parent_val_bpb(run_dir, device: str | None = None) -> float:
     model = Model(loaded.cfg, ops)
     model.load_flat(parent_weights(tc, loaded.cfg))
     runner = CoreParallel(model, tc.workers or None)
+
+    def forward(x, y):
+        return ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))
     try:
-        T = loaded.cfg.context
-        if tc.examples:
-            corpus = open_examples(run_dir)
-            fwd = lambda x, y: ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))  # noqa: E731
-            return score_windows(fwd, corpus.eval_windows(T, tc.eval_tokens), loaded.tokenizer)["bits_per_byte"]
-        return evaluate(runner, open_corpus(run_dir).val, loaded.tokenizer, T, tc.eval_tokens)[0]
+        corpus = open_run_corpus(run_dir, tc.examples)
+        return corpus.score(forward, loaded.tokenizer, loaded.cfg.context, tc.eval_tokens)[0]
     finally:
         runner.close()

@@ -67,7 +67,7 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
         return m.objective(m.forward(idx, tgt, heads=True, drop=drop))
 
     m.grads[:] = 0
-    m.loss_and_grad(idx, tgt, drop=drop)
+    m.loss_and_grad(idx, tgt, 1 / idx.size, drop=drop)   # the mean
     return check_tensors(m, loss, m.grads.copy(), rng, per_tensor)
 
 

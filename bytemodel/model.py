@@ -131,6 +131,12 @@ class Model:
         return r
 
     # ------------------------------------------------------------------ parameters
+    def use_buffers(self, params, grads) -> None:
+        """Keep the weights and gradients in these flat buffers (views of larger ones: the sharded
+        optimizer's padded blocks, training/zero.py), with the named views re-made over them."""
+        self.params, self.grads = params, grads
+        self.p, self.g = views(params, self.cfg), views(grads, self.cfg)
+
     def init_weights(self, seed: int = 0) -> None:
         """N(0, init_std) matrices, output projections scaled by 1/sqrt(2L), gains 1."""
         cfg = self.cfg
@@ -272,7 +278,7 @@ class Model:
         """dlosses (B*T,): d(objective)/d(per-token loss). Accumulates into self.grads.
 
         With MTP heads, the objective also has mtp_scale * mtp_weight * (mean over heads of each
-        head's mean loss); loss_and_grad passes the same weight as the main loss's mean."""
+        head's mean loss); loss_and_grad passes the total of the main loss's weights."""
         o, cfg, G = self.ops, self.cfg, self.g
         B, T, W, cos, sin, emb_cache, d0, acts, hf, nf, ce, mtp = self._acts
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -303,15 +309,22 @@ class Model:
         o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, drop=None):
-        """Per-token losses; grads += weight * d(mean loss)/d(params). drop: as forward's.
+    def loss_and_grad(self, idx, targets, weights, drop=None):
+        """Per-token losses (B*T,); grads += d(sum_i weights_i * loss_i)/d(params). drop: as forward's.
 
-        With a mask (B, T) (host array, so counting it needs no device wait) the mean is over the
-        counted targets only: sum(mask * loss) / max(sum(mask), 1).
+        weights: the per-token weights the training loop built (training/loop.py, loss_weights):
+        a number (every target alike, e.g. 1 / (B*T) for the mean) or a (B, T) host array, where
+        a target of weight 0 counts for nothing (loss 0, no gradient). The MTP heads' mean loss
+        is weighted by the weights' total (the share of the batch these rows are).
         """
-        losses = self.forward(idx, targets, mask, heads=True, drop=drop)
-        n = losses.shape[0] if mask is None else max(int(np.count_nonzero(mask)), 1)
-        self.backward(self.xp.full(losses.shape[0], weight / n, dtype=losses.dtype), mtp_scale=weight)
+        if np.isscalar(weights):
+            losses = self.forward(idx, targets, heads=True, drop=drop)
+            n = losses.shape[0]
+            self.backward(self.xp.full(n, weights, dtype=losses.dtype), mtp_scale=weights * n)
+            return losses
+        w = np.asarray(weights).reshape(-1)
+        losses = self.forward(idx, targets, w, heads=True, drop=drop)
+        self.backward(self.ops.asarray(w, dtype=losses.dtype), mtp_scale=float(w.sum()))
         return losses
 
     def objective(self, losses) -> float:

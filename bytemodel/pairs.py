@@ -16,7 +16,8 @@ is this token a counted target) and spans.i64 ((n, 2): each example's preceding 
 token). Training windows start at an example's <doc> (so a completion always sees its prompt; in an
 example longer than the context, also every context/2 tokens) and never reach past the training
 examples; the rest of a window is padding that counts for nothing. The sampler is a pure function
-of (seed, step), as for plain corpora.
+of (seed, step), as for plain corpora; ExampleCorpus answers the corpus protocol (corpus.py:
+sample, score, verify) as a plain corpus does.
 
 Shapes: tokens (n,) uint16, mask (n,) uint8, spans (E, 2) int64; batches x, y, m (B, T).
 """
@@ -217,6 +218,11 @@ class ExampleCorpus:
         picks = anchors[rng.integers(0, len(anchors), size=batch)]
         rows = [self.window(int(a), context, self.split) for a in picks]
         return tuple(np.stack(r) for r in zip(*rows))
+
+    def score(self, forward, tokenizer: Tokenizer, context: int, max_tokens: int) -> tuple[float, float]:
+        """Bits per byte of the held-out examples' counted targets (score_windows over
+        eval_windows); its standard error is nan (no per-window spread is kept here)."""
+        return score_windows(forward, self.eval_windows(context, max_tokens), tokenizer)["bits_per_byte"], float("nan")
 
     def eval_windows(self, context: int, max_tokens: int):
         """Windows (start, x, y, m) over held-out examples, evenly spread up to ~max_tokens targets;

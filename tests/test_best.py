@@ -152,10 +152,8 @@ def test_fp16_overflow_stops_with_an_error_and_keeps_the_best(tmp_path, dna_file
 
 
 def test_non_finite_validation_is_warned_and_recorded_as_null(tmp_path, dna_file, fast_settings, monkeypatch):
-    from bytemodel.training import loop as training
-    real = training.evaluate
-    monkeypatch.setattr(training, "evaluate", lambda *a, **k: (float("nan"), float("nan"), float("nan"))
-                        if k.get("with_se") else real(*a, **k))
+    from bytemodel.corpus import Corpus
+    monkeypatch.setattr(Corpus, "score", lambda *a, **k: (float("nan"), float("nan")))
     r = bytemodel.train(dna_file, tmp_path / "run", steps=6, **{**fast_settings, "patience": 0})
     assert any("not finite" in w for w in r.warnings) and r.best_checkpoint is None
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -163,17 +161,13 @@ def test_non_finite_validation_is_warned_and_recorded_as_null(tmp_path, dna_file
 
 
 def test_validation_standard_error_by_hand():
-    """evaluate's figure and standard error against the ratio-estimate formula, computed by hand
-    over the windows, with a stand-in model whose loss for target y is y / 100 nats."""
-    import types
-    from bytemodel.corpus import eval_windows
-    from bytemodel.ops import numpy_ops
+    """score_tokens' figure and standard error against the ratio-estimate formula, computed by
+    hand over the windows, with a stand-in model whose loss for target y is y / 100 nats."""
+    from bytemodel.corpus import LN2, eval_windows, score_tokens
     from bytemodel.tokenizer import Tokenizer
-    from bytemodel.training.loop import LN2, evaluate
-    fake = types.SimpleNamespace(model=types.SimpleNamespace(ops=numpy_ops),
-                                 forward=lambda x, y: (y / 100.0).reshape(-1).astype(np.float32))
+    forward = lambda x, y: (y / 100.0).reshape(-1).astype(np.float32)   # noqa: E731
     tokens = np.random.default_rng(3).integers(0, 256, 1000).astype(np.uint16)
-    bpb, nats, se = evaluate(fake, tokens, Tokenizer(), 32, 0, with_se=True)
+    bpb, nats, se = score_tokens(forward, tokens, Tokenizer(), 32, 0)
     wins = list(eval_windows(tokens, 32, 10 ** 9))
     bits = np.array([(y / 100.0).astype(np.float32).astype(np.float64).sum() / LN2 for _, y in wins])
     nb = np.array([y.size for _, y in wins], dtype=float)      # plain bytes: one byte per token
@@ -182,13 +176,13 @@ def test_validation_standard_error_by_hand():
     assert n == 32 and bpb == pytest.approx(r, rel=1e-12)
     assert se == pytest.approx(np.sqrt(((bits - r * nb) ** 2).sum() / (n * (n - 1))) / nb.mean(), rel=1e-9)
     # and a subset (eval_tokens) scores fewer windows
-    bpb8, _, se8 = evaluate(fake, tokens, Tokenizer(), 32, 8 * 32, with_se=True)
+    bpb8, _, se8 = score_tokens(forward, tokens, Tokenizer(), 32, 8 * 32)
     assert bpb8 != bpb and se8 > se
 
 
 def test_auto_settings_rules():
     from bytemodel.training.autoconf import auto_precision, auto_preset, PARAMS_PER_BYTE
-    from bytemodel.training.loop import TrainConfig
+    from bytemodel.config import TrainConfig
     from bytemodel.training.autoconf import resolve
     assert auto_precision("cpu") == "fp32"
     assert auto_precision("cuda", (9, 0)) == "bf16" and auto_precision("cuda", (8, 0)) == "bf16"

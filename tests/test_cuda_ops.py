@@ -223,9 +223,9 @@ def test_masked_model_gradients_match_cpu():
     tgt = rng.integers(0, cfg.vocab_size, size=(B, T))
     mask = (rng.random((B, T)) < 0.4).astype(np.uint8)
     cpu.grads[:] = 0
-    cpu.loss_and_grad(idx, tgt, 1.0, mask)
+    cpu.loss_and_grad(idx, tgt, mask / mask.sum())
     gpu.grads[...] = 0
-    gpu.loss_and_grad(cp.asarray(idx), cp.asarray(tgt), 1024.0, mask)   # loss scale 1024 (fp16)
+    gpu.loss_and_grad(cp.asarray(idx), cp.asarray(tgt), 1024.0 * mask / mask.sum())   # loss scale 1024 (fp16)
     from bytemodel.model import views
     gv, cv = views(cp.asnumpy(gpu.grads).astype(np.float64) / 1024.0, cfg), views(cpu.grads, cfg)
     for name, _, _ in lay:

@@ -101,12 +101,12 @@ def test_slices_draw_the_masks_of_the_whole_batch():
     for workers in (1, 2):
         m = Model(cfg)
         m.init_weights(0)
-        CoreParallel(m, workers).loss_and_grad(idx, idx, drop=Dropout(0, 3))
+        CoreParallel(m, workers).loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(0, 3))
         grads.append(m.grads.copy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)   # float32 sums, in another order
     m = Model(cfg)
     m.init_weights(0)
-    m.loss_and_grad(idx, idx, drop=Dropout(0, 4))       # another step: other masks, other gradient
+    m.loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(0, 4))       # another step: other masks, other gradient
     assert not np.allclose(m.grads, grads[0], rtol=1e-2, atol=1e-4)
 
 

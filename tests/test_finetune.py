@@ -60,7 +60,7 @@ def test_masked_model_gradients_against_finite_differences():
         return float((losses * mask.reshape(-1)).sum() / mask.sum())   # the masked mean, by hand
 
     m.grads[:] = 0
-    m.loss_and_grad(idx, tgt, mask=mask)
+    m.loss_and_grad(idx, tgt, mask / mask.sum())   # the masked mean
     for r in check_tensors(m, loss, m.grads.copy(), rng, per_tensor=8):
         assert r.max_rel_error <= BOUND, f"{r.name}: {r.max_rel_error:.2e}"
 
@@ -79,7 +79,7 @@ def test_masked_targets_contribute_exactly_nothing():
     def grads(targets, mask_):
         m = _model64(cfg)
         m.grads[:] = 0
-        m.loss_and_grad(idx, targets, mask=mask_)
+        m.loss_and_grad(idx, targets, 1 / targets.size if mask_ is None else mask_ / mask_.sum())
         return m.grads.copy()
     g = grads(tgt, mask)
     assert np.array_equal(g, grads(other, mask))
@@ -99,10 +99,10 @@ def test_masked_gradients_split_over_workers_add_up():
     mask = (rng.random(tgt.shape) < 0.3).astype(np.uint8)
     mask[2] = 0                                        # a slice may hold no counted target
     one = _model64(cfg)
-    one.loss_and_grad(idx, tgt, 3.0, mask)
+    one.loss_and_grad(idx, tgt, 3.0 * mask / mask.sum())
     two = _model64(cfg)
     par = CoreParallel(two, workers=3)
-    par.loss_and_grad(idx, tgt, 3.0, mask)
+    par.loss_and_grad(idx, tgt, 3.0 * mask / mask.sum())
     par.close()
     np.testing.assert_allclose(two.grads, one.grads, rtol=1e-10, atol=1e-14)  # float64 sums in another order
 

@@ -88,11 +88,11 @@ def test_core_parallel_matches_serial():
     m.init_weights(0)
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, cfg.vocab_size, (5, 16)), rng.integers(0, cfg.vocab_size, (5, 16))
-    a = m.loss_and_grad(x, y, weight=2.0)
+    a = m.loss_and_grad(x, y, 2.0 / x.size)   # twice the mean
     ga = m.grads.copy()
     m.grads[:] = 0
     cp = CoreParallel(m, workers=3)
-    b = cp.loss_and_grad(x, y, weight=2.0)
+    b = cp.loss_and_grad(x, y, 2.0 / x.size)
     np.testing.assert_allclose(b, a, rtol=1e-5)
     # float32 sums in another order: relative 1e-5 of the largest entry is ~100x float32 epsilon
     np.testing.assert_allclose(m.grads, ga, atol=1e-5 * np.abs(ga).max())

@@ -23,7 +23,7 @@ def plain_loop(run_dir, tc, steps):
     for s in range(steps):
         x, y = sample_batch(corpus.train, tc["batch_size"], cfg.context, tc.get("seed", 0), s)
         model.grads[...] = 0
-        model.loss_and_grad(x, y)
+        model.loss_and_grad(x, y, 1.0 / x.size)   # the mean
         g = model.grads.astype(np.float64)
         norm = float(np.sqrt(g @ g))
         c = min(1.0, 1.0 / (norm + 1e-6))      # clip at the default grad_clip 1.0

@@ -29,21 +29,20 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
-from ..corpus import sample_batch
 from ..errors import BytemodelError, CheckpointError, ConfigError
 from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
-from ..pairs import ExampleCorpus
 from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
 from ..validation import note_ignored_on_resume
 from . import distributed
+from .runner import Runner
 from .budget import Budget
 from .optim import LossScaler, lr_at
 from .prepare import Run, next_run_dir, prepare_ranks
 from .progress import ProgressBar
-from .validate import LN2, evaluate
 from .watch import Watch
 
+LN2 = math.log(2)
 METRICS_FILE = "metrics.jsonl"
 UNPLANNED = 10 ** 9   # the planned steps of a time-budget run until its total is planned (training/budget.py)
 SAVE_SHARE = 0.1      # skip a boundary's resume checkpoint if writing it would cost more than this
@@ -84,6 +83,17 @@ class LoopState:
 
     def to_dict(self) -> dict:
         return {"planned_steps": self.planned, "stop_reason": self.stop_reason}
+
+
+def loss_weights(mask, scale: float, shape: tuple[int, int]):
+    """The per-token weights of a batch (B, T): d(objective)/d(each target's loss), the one place
+    the loss is normalised (the runner splits them with the rows, the model applies them).
+    mask None: the mean over every target, times the loss scale (a number); else the mean over
+    the counted targets, scale * mask / counted ((B, T) host array). -> (weights, counted or None)."""
+    if mask is None:
+        return scale / (shape[0] * shape[1]), None
+    counted = max(int(np.count_nonzero(mask)), 1)
+    return mask * (scale / counted), counted
 
 
 def planned_steps(tc: TrainConfig, loaded, asked: int, budget: Budget) -> int:
@@ -188,8 +198,7 @@ class Loop:
         self.ops = get_backend(self.device, tc.precision)
         self.model = Model(cfg, self.ops)
         # this rank's rows of each batch, split again over CPU cores (1 worker on a GPU)
-        self.runner = distributed.DataParallel(self.model, world, tc.batch_size, tc.workers or None,
-                                               tc.shard_optimizer)
+        self.runner = Runner(self.model, world, tc.batch_size, tc.workers or None, tc.shard_optimizer)
         self.opt = self.runner.optimizer(betas=(tc.beta1, tc.beta2), weight_decay=tc.weight_decay)
         self.log, self.progress = (log, progress) if world.main else ((lambda *a: None), False)
         self.scaler = LossScaler(enabled=(tc.precision == "fp16"))
@@ -289,24 +298,18 @@ class Loop:
 
     def launch(self, s: int):
         """Queue step s (0-based) and return what settle() needs to read its outcome."""
-        tc, corpus, runner, ops, T = self.tc, self.corpus, self.runner, self.ops, self.T
-        if isinstance(corpus, ExampleCorpus):  # fine-tuning examples: the loss counts masked targets
-            x, y, mask = corpus.sample(tc.batch_size, T, tc.seed, s)   # the whole batch, for its count
-            counted = max(int(mask.sum()), 1)
-            x, y, mask = x[runner.rows], y[runner.rows], mask[runner.rows]
-        else:
-            x, y = sample_batch(corpus.train, tc.batch_size, T, tc.seed, s, rows=runner.rows)
-            mask = counted = None
-        self.model.grads[...] = 0
+        tc, runner, ops, T = self.tc, self.runner, self.ops, self.T
+        x, y, mask = self.corpus.sample(tc.batch_size, T, tc.seed, s)   # the whole batch (B, T)
         scale = self.scaler.scale
+        weights, counted = loss_weights(mask, scale, x.shape)
         drop = Dropout(tc.seed, s) if self.cfg.dropout > 0 else None   # masks from (seed, step)
-        losses = runner.loss_and_grad(ops.asarray(x), ops.asarray(y), weight=scale,   # summed over ranks
-                                      mask=mask, counted=counted, drop=drop)
+        self.model.grads[...] = 0
+        losses = runner.loss_and_grad(x, y, weights, drop)   # this rank's rows; gradients summed over ranks
         lr = lr_at(s, tc.lr, tc.warmup, self.state.planned, tc.min_lr_ratio)
         ntok = tc.batch_size * T                    # the whole batch, over all ranks
         norm = runner.grad_norm_device()            # of the scaled gradients; no host wait
         self.opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm)
-        return s, ops.fetch_async(runner.mean_loss(losses), norm), scale, ntok
+        return s, ops.fetch_async(runner.mean_loss(losses, counted), norm), scale, ntok
 
     def settle(self, pending):
         """Read a launched step's loss and gradient norm; update the loss scale; -> (loss, norm, tokens)."""
@@ -389,16 +392,12 @@ class Loop:
         return f"finished {self.state.planned} steps"
 
     def validate(self) -> tuple[float, float]:
-        """Bits per byte of the held-out data and its standard error (nan for examples: no
-        per-window spread there)."""
-        corpus, ops, runner, T = self.corpus, self.ops, self.runner, self.T
-        if isinstance(corpus, ExampleCorpus):
-            from ..pairs import score_windows
-            val = score_windows(lambda x, y: ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y))),
-                                corpus.eval_windows(T, self.tc.eval_tokens), self.run_.tok)["bits_per_byte"]
-            return val, float("nan")
-        val, _, se = evaluate(runner, corpus.val, self.run_.tok, T, self.tc.eval_tokens, with_se=True)
-        return val, se
+        """Bits per byte of the held-out data and its standard error (corpus.score)."""
+        ops, runner = self.ops, self.runner
+
+        def forward(x, y):
+            return ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))
+        return self.corpus.score(forward, self.run_.tok, self.T, self.tc.eval_tokens)
 
     def _plan(self, spent: float) -> None:
         """At the plan step of a time budget: fix the total from the measured step and boundary times."""

@@ -17,8 +17,7 @@ from ..config import PRESETS, ModelConfig, TrainConfig, preset as make_preset
 from ..corpus import build_corpus, open_corpus
 from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError
 from ..ops import resolve_device
-from ..pairs import ExampleCorpus, open_examples
-from ..runfiles import verify_tokens
+from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
 from . import distributed
@@ -31,7 +30,7 @@ class Run:
     tc: TrainConfig
     run_dir: Path
     tok: Tokenizer
-    corpus: object           # a Corpus (corpus.py) or an ExampleCorpus (pairs.py)
+    corpus: object           # a Corpus (corpus.py) or an ExampleCorpus (pairs.py): the corpus protocol
     cfg: ModelConfig
     loaded: ckpt.Loaded | None = None
 
@@ -43,6 +42,12 @@ def next_run_dir(source: str, root: Path = Path("runs")) -> Path:
         if not d.exists():
             return d
     raise ConfigError(f"too many runs named {stem}-N under {root}")
+
+
+def open_run_corpus(run_dir, examples: str = ""):
+    """The corpus a run directory holds: its examples (fine-tuning with --pairs / --chat) or its
+    plain token stream. Either answers the corpus protocol (corpus.py)."""
+    return open_examples(run_dir) if examples else open_corpus(run_dir)
 
 
 def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
@@ -88,16 +93,13 @@ def _reopen(given: TrainConfig) -> Run:
         from .autoconf import auto_precision
         tc.precision = auto_precision(resolve_device(tc.device))
     tc.validate()
-    corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
+    corpus = open_run_corpus(run_dir, tc.examples)
     if corpus.sha256 != loaded.train.get("corpus_sha256") \
             or loaded.train.get("corpus_split", corpus.split) != corpus.split \
             or loaded.train.get("n_bytes", corpus.n_bytes) != corpus.n_bytes:   # corpus.json's split and size too
         raise CheckpointError(f"the corpus in {run_dir} is not the one this checkpoint was trained on "
                               f"(its tokens, split or size differ)")
-    if isinstance(corpus, ExampleCorpus):     # tokens, mask and spans hashed again
-        corpus.verify(loaded.cfg.vocab_size, run_dir)
-    else:
-        verify_tokens(corpus.tokens, corpus.sha256, loaded.cfg.vocab_size, run_dir)
+    corpus.verify(loaded.cfg.vocab_size, run_dir)    # its files hashed again
     cfg = loaded.cfg
     if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
         raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
@@ -151,7 +153,7 @@ def _open_prepared(d: dict) -> Run:
     """A rank other than 0 opens the run rank 0 has just prepared (same settings, corpus, model)."""
     tc = TrainConfig(**d["tc"])
     run_dir = Path(tc.out_dir)
-    corpus = open_examples(run_dir) if tc.examples else open_corpus(run_dir)
+    corpus = open_run_corpus(run_dir, tc.examples)
     return Run(tc.freeze(), run_dir, Tokenizer.from_dict(d["tok"]), corpus, ModelConfig.from_dict(d["cfg"]))
 
 

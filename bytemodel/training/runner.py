@@ -1,15 +1,24 @@
-"""Data parallel over CPU cores: each core runs the model on its slice of the batch.
+"""The training runner: rows of each batch over MPI ranks, and a rank's rows over CPU threads.
 
-NumPy releases the GIL inside its loops and BLAS calls, so Python threads run the ops of different
-batch slices at the same time. Every worker has a replica of the model that shares the weights
-and keeps its own gradient buffer and activations; after the step the replicas' gradients are
-added into the main buffer in a fixed order (so results are deterministic run to run). BLAS is
-held to cores // workers threads per worker meanwhile (one on a 2-core machine): several
-multithreaded BLAS calls at once oversubscribe the cores, which on small matrices is many times
-slower. By default there is one worker per core, at most 8 (each holds a gradient buffer).
+One runner for both levels. Over ranks (training/distributed.py): the sampler draws the whole batch
+as a pure function of (seed, step) and a rank keeps rows [lo, hi) of it (`rows`), so the run is
+defined by --batch-size (the global batch) and not by the number of ranks: a run can be resumed
+on another rank count and continues the same run, to float32 rounding. After the backward pass
+the flat gradient buffer is summed over ranks in one call (or reduce-scattered, with the sharded
+optimizer of training/zero.py), and every rank takes the same AdamW step.
 
-Used where the backend says its ops run on CPU threads (ops.cpu_threads); a GPU backend runs
-the whole batch at once.
+Over threads (CoreParallel): NumPy releases the GIL inside its loops and BLAS calls, so Python
+threads run the ops of different batch slices at the same time. Every worker has a replica of the
+model that shares the weights and keeps its own gradient buffer and activations; after the step
+the replicas' gradients are added into the main buffer in a fixed order (so results are
+deterministic run to run). BLAS is held to cores // workers threads per worker meanwhile (one on
+a 2-core machine): several multithreaded BLAS calls at once oversubscribe the cores, which on
+small matrices is many times slower. By default there is one worker per core, at most 8 (each
+holds a gradient buffer). Used where the backend says its ops run on CPU threads
+(ops.cpu_threads); a GPU backend runs the whole batch at once.
+
+The runner never normalises the loss: the per-token weights the loop builds (loop.loss_weights)
+say what each target counts for, so rows split anywhere add up to the whole batch's gradient.
 """
 from __future__ import annotations
 
@@ -18,6 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+from ..errors import ConfigError
+from .distributed import Single, rows
 
 
 MAX_DEFAULT_WORKERS = 8  # each worker holds a full gradient buffer: more cores go to BLAS threads
@@ -78,26 +90,20 @@ class CoreParallel:
         with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
             return fn()
 
-    def loss_and_grad(self, idx, targets, weight: float = 1.0, mask=None, drop=None):
-        """Per-token losses (B*T,); grads += weight * d(mean loss)/d(params), as Model.loss_and_grad.
-
-        mask (B, T) host array or None: the mean is over counted targets; each slice is weighted
-        by its share of them, so the slices' gradients add up to the whole batch's.
-        drop: the step's Dropout; each slice draws its rows' part of the masks."""
+    def loss_and_grad(self, idx, targets, weights, drop=None):
+        """Per-token losses (B*T,); grads += d(sum_i weights_i * loss_i)/d(params), as
+        Model.loss_and_grad (weights: a number or a (B, T) host array). Each worker takes its rows
+        of the batch and of the weights (and of the step's dropout masks, drop); the replicas'
+        gradients are added in a fixed order."""
         if self.pool is None or idx.shape[0] == 1:
-            return self.model.loss_and_grad(idx, targets, weight, mask, drop)
-        B = idx.shape[0]
-        parts = self._slices(B)
-        if mask is None:
-            shares = [(len(s) / B, None) for s in parts]
-        else:
-            total = max(int(np.count_nonzero(mask)), 1)
-            shares = [(int(np.count_nonzero(mask[s])) / total, mask[s]) for s in parts]
+            return self.model.loss_and_grad(idx, targets, weights, drop)
+        parts = self._slices(idx.shape[0])
+        scalar = np.isscalar(weights)
 
         def work():
-            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weight * share, m,
+            futs = [self.pool.submit(r.loss_and_grad, idx[s], targets[s], weights if scalar else weights[s],
                                      None if drop is None else drop.rows(s[0]))
-                    for r, s, (share, m) in zip(self.replicas, parts, shares)]
+                    for r, s in zip(self.replicas, parts)]
             return [f.result() for f in futs]
         losses = self._run(work)
         for r in self.replicas[1:len(parts)]:
@@ -126,3 +132,110 @@ class CoreParallel:
     def close(self):
         if self.pool is not None:
             self.pool.shutdown()
+
+
+class Runner:
+    """The training runner over ranks and threads: this rank's rows of each batch (split again
+    over CPU threads by CoreParallel), gradients summed over both, and the optimizer (sharded
+    or not).
+
+    The loop calls loss_and_grad(x, y, weights) with the whole batch, then grad_norm_device, the
+    optimizer's step, mean_loss for the metric, host_moments to save.
+    """
+
+    def __init__(self, model, world=None, batch: int = 1, workers: int | None = None, shard: bool = False):
+        world = world or Single()
+        if batch < world.size:
+            raise ConfigError(f"batch-size {batch} is smaller than the {world.size} ranks; "
+                              f"give each rank at least one window")
+        self.model, self.world, self.batch = model, world, batch
+        self.ops, self.xp = model.ops, model.xp
+        self.rows = rows(batch, world.rank, world.size)
+        # an MPI world of one rank still takes the MPI/NCCL paths (how they are checked on one GPU)
+        self.single = isinstance(world, Single)
+        self._blas = None
+        if world.local_size > 1 and model.ops.cpu_threads:
+            workers, self._blas = self._share_cores(workers)
+        self.shards = None
+        if shard and not self.single:
+            from .zero import Shards
+            self.shards = Shards(model, world)
+        self.inner = CoreParallel(model, workers)   # after the shards: replicas share the weights
+
+    def _share_cores(self, workers):
+        """Ranks on one machine split its cores: threads and BLAS threads per rank."""
+        per_rank = cores()
+        if per_rank >= (os.cpu_count() or 1):          # not pinned by the launcher
+            per_rank = max(1, per_rank // self.world.local_size)
+        from threadpoolctl import threadpool_limits        # a core dependency
+        limiter = threadpool_limits(limits=per_rank, user_api="blas")
+        return workers or min(per_rank, MAX_DEFAULT_WORKERS), limiter
+
+    # ---------------------------------------------------------------- passes
+    def loss_and_grad(self, x, y, weights, drop=None):
+        """x, y (B, T) host arrays: the whole batch; weights: a number or (B, T) host array (the
+        loop's per-token weights); drop: the step's Dropout over the whole batch. Runs this rank's
+        rows; returns their per-token losses; the grads (or, sharded, this rank's block of them)
+        become the sum over ranks."""
+        r = self.rows
+        w = weights if np.isscalar(weights) else weights[r]
+        drop = None if drop is None else drop.rows(r.start)
+        losses = self.inner.loss_and_grad(self.ops.asarray(x[r]), self.ops.asarray(y[r]), w, drop)
+        if self.shards is not None:
+            self.shards.reduce_gradients()
+        else:
+            self.world.allreduce(self.model.grads, "the gradient all-reduce")
+        return losses
+
+    def mean_loss(self, losses, counted: int | None = None):
+        """Mean per-token loss over the whole batch (all ranks) as a 0-d array; counted: the
+        number of counted targets in the batch (None: every target counts)."""
+        if self.single:
+            return losses.mean() if counted is None else losses.sum() / counted
+        T = losses.shape[0] // (self.rows.stop - self.rows.start)
+        tot = losses.astype(np.float64).sum().reshape(1)
+        self.world.allreduce(tot, "the loss all-reduce")
+        return (tot / (self.batch * T if counted is None else counted)).reshape(())
+
+    def forward(self, idx, targets):
+        """Per-token losses (B*T,) of a full batch without activations; rows split over ranks."""
+        if self.single:
+            return self.inner.forward(idx, targets)
+        B, T = idx.shape
+        r = rows(B, self.world.rank, self.world.size)
+        out = self.xp.zeros(B * T, dtype=np.float32)
+        if r.stop > r.start:
+            out[r.start * T:r.stop * T] = self.inner.forward(idx[r], targets[r])
+        return self.world.allreduce(out, "the validation all-reduce")
+
+    # ---------------------------------------------------------------- gradient norm
+    def grad_norm_device(self):
+        """Global gradient norm as a 0-d array (ops.global_norm; no host wait)."""
+        if self.shards is None:
+            return self.ops.global_norm(self.model.grads)
+        norm = self.ops.global_norm(self.shards.gshard)
+        sq = (norm * norm).reshape(1)
+        self.world.allreduce(sq, "the gradient-norm all-reduce")
+        return self.xp.sqrt(sq).reshape(())
+
+    # ---------------------------------------------------------------- optimizer
+    def optimizer(self, **kw):
+        if self.shards is None:
+            from .optim import AdamW
+            return AdamW(self.model, **kw)
+        from .zero import ShardedAdamW
+        return ShardedAdamW(self.model, self.shards, **kw)
+
+    def host_moments(self, opt):
+        """(m, v) as full host arrays in the model's layout on rank 0; (None, None) elsewhere.
+        Collective when sharded (every rank must call it)."""
+        if self.shards is not None:
+            return self.shards.host_moments(opt)
+        if not self.world.main:
+            return None, None
+        return self.ops.to_numpy(opt.m), self.ops.to_numpy(opt.v)
+
+    def close(self):
+        self.inner.close()
+        if self._blas is not None:
+            self._blas.restore_original_limits()
