@@ -71,9 +71,10 @@ def model(args, head: bytes, work: Path):
         from bytemodel import checkpoint
         from bytemodel.config import preset
         from bytemodel.model import Model
+        from bytemodel.ops import numpy_ops
         from bytemodel.tokenizer import Tokenizer
         cfg = preset(args.preset)
-        m = Model(cfg)
+        m = Model(cfg, numpy_ops)
         m.init_weights(0)
         checkpoint.save(run / checkpoint.CKPT_NAME, cfg, Tokenizer(), m.params)
     return bytemodel.load(run, device=args.device, precision=args.precision)

@@ -19,13 +19,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bytemodel.config import preset  # noqa: E402
 from bytemodel.decode.generate import generate  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
+from bytemodel.ops import numpy_ops  # noqa: E402
 from bytemodel.tokenizer import Tokenizer  # noqa: E402
 
 PROMPT = bytes(range(32, 96))
 
 
 def ours(cfg, n):
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(0)
     tok = Tokenizer()
     generate(m, tok, 8, PROMPT, seed=0)  # warm up

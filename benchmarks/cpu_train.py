@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bytemodel.config import preset  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
+from bytemodel.ops import numpy_ops  # noqa: E402
 from bytemodel.training.optim import AdamW  # noqa: E402
 from bytemodel.training.runner import CoreParallel  # noqa: E402
 
@@ -29,7 +30,7 @@ WARMUP = 3  # untimed steps first: allocator, oneDNN primitive creation, caches
 
 
 def ours(cfg, B, T, steps, rng):
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(0)
     opt = AdamW(m)
     runner = CoreParallel(m)  # as `bytemodel train` runs it: batch slices over the cores

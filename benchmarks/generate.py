@@ -35,6 +35,7 @@ import numpy as np
 from bytemodel.config import preset
 from bytemodel.decode.generate import generate
 from bytemodel.model import Model
+from bytemodel.ops import numpy_ops
 from bytemodel.tokenizer import Tokenizer
 
 PROMPT = bytes(range(32, 96))
@@ -76,7 +77,7 @@ def hf_model(name, device, dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
     from bytemodel.model import views
     cfg = preset(name)
-    ours = Model(cfg)
+    ours = Model(cfg, numpy_ops)
     ours.init_weights(0)
     W = views(ours.params, cfg)
     C, F, H, K, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim

@@ -22,6 +22,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import ConfigError
 from .model import Model, layout
+from .ops import numpy_ops
 
 BOUND = 1e-4
 EPS = 1e-4
@@ -56,7 +57,7 @@ def check_model(cfg: ModelConfig | None = None, per_tensor: int = 12, seed: int 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     rng = np.random.default_rng(seed)
-    m = Model(cfg, dtype=np.float64)
+    m = Model(cfg, numpy_ops, dtype=np.float64)
     m.init_weights(seed)
     # larger random weights than the init so every path carries signal; gains away from 1
     m.params[:] = rng.standard_normal(m.size) * 0.3

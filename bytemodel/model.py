@@ -22,8 +22,16 @@ import numpy as np
 
 from .config import ModelConfig
 from .mtp import draft_logits, mtp_backward, mtp_forward, mtp_shapes
+from .ops.host import rope_tables
 
 ALIGN = 64
+
+# The ModelConfig fields this hand-written transformer follows, and those that cannot change what
+# it computes. Each copy of the block declares the same (compress/cpu_engine.py, ops/cuda_decode.py);
+# tests/test_engines.py lists ModelConfig's fields against every one, so a new field fails there.
+FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context", "rope_theta",
+           "norm_eps", "tie_embeddings", "init_std", "mtp", "mtp_design", "mtp_weight", "dropout")
+IGNORES = {}
 
 
 def layout(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], int]]:
@@ -107,9 +115,8 @@ def is_matrix(name: str) -> bool:
 class Model:
     """Parameters, gradients and the forward/backward orchestration over a backend's ops."""
 
-    def __init__(self, cfg: ModelConfig, ops=None, dtype=np.float32):
-        if ops is None:
-            from .ops import numpy_ops as ops
+    def __init__(self, cfg: ModelConfig, ops, dtype=np.float32):
+        """ops: the backend (ops.get_backend(device, precision), or bytemodel.ops.numpy_ops)."""
         self.cfg, self.ops, self.xp = cfg, ops, ops.xp
         self.dtype = dtype
         self.size = buffer_size(cfg)
@@ -168,9 +175,8 @@ class Model:
     def rope(self, T: int, start: int = 0, dtype=None):
         key = (T, start, dtype or self.dtype)
         if key not in self._rope:
-            from .ops import numpy_ops
-            cos, sin = numpy_ops.rope_tables(np.arange(start, start + T), self.cfg.head_dim,
-                                             self.cfg.rope_theta, np.dtype(key[2]))
+            cos, sin = rope_tables(np.arange(start, start + T), self.cfg.head_dim,
+                                   self.cfg.rope_theta, np.dtype(key[2]))
             self._rope[key] = (self.ops.asarray(cos), self.ops.asarray(sin))
             if len(self._rope) > 64:
                 self._rope.pop(next(iter(self._rope)))

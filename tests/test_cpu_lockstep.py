@@ -27,7 +27,7 @@ TOL = 1e-4
 def _model(n_kv_heads=0, tie=False, seed=0):
     cfg = ModelConfig(vocab_size=257, d_model=32, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, d_ff=64,
                       context=16, tie_embeddings=tie)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(seed)
     rng = np.random.default_rng(seed + 1)
     for name, v in m.p.items():                       # gains away from 1, so folding them is tested

@@ -69,7 +69,7 @@ def test_gpu_model_dropout_gradients_match_cpu():
     from bytemodel.model import views
     from bytemodel.ops.cuda_ops import CudaBackend
     cfg = ModelConfig(vocab_size=50, d_model=64, n_layers=2, n_heads=2, d_ff=96, context=32, dropout=0.3)
-    cpu = Model(cfg, dtype=np.float64)
+    cpu = Model(cfg, ref, dtype=np.float64)
     cpu.init_weights(0)
     gpu = Model(cfg, CudaBackend("fp32"))
     gpu.load_flat(cpu.params.astype(np.float32))
@@ -80,7 +80,7 @@ def test_gpu_model_dropout_gradients_match_cpu():
     for name, a in views(cpu.grads, cfg).items():
         err = np.linalg.norm(g[name] - a) / (np.linalg.norm(a) + 1e-30)
         assert err < 1e-4, (name, err)
-    other = Model(cfg, dtype=np.float64)
+    other = Model(cfg, ref, dtype=np.float64)
     other.load_flat(cpu.params)
     other.loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(1, 10))
     assert np.linalg.norm(other.grads - cpu.grads) > 1e-2 * np.linalg.norm(cpu.grads)

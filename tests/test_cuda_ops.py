@@ -25,6 +25,7 @@ except Exception:  # no driver
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
 
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
+from bytemodel.ops.host import rope_tables  # noqa: E402
 
 TOL = {"fp16": 2e-3, "bf16": 1.6e-2, "fp32": 1e-5}
 
@@ -134,7 +135,7 @@ def test_matmul_transposed_views(ops):
 def test_qkv_rope(ops, B, T, H, K, D):
     rng = np.random.default_rng(5)
     qkv, qkvd = rnd(ops, rng, (B * T, (H + 2 * K) * D))
-    cos, sin = ref.rope_tables(np.arange(T), D, 10000.0, ops.act_dtype)
+    cos, sin = rope_tables(np.arange(T), D, 10000.0, ops.act_dtype)
     cosd, sind = cp.asarray(cos), cp.asarray(sin)
     cos, sin = cos.astype(np.float64), sin.astype(np.float64)
     q, k, v = ops.qkv_rope_forward(qkvd, cosd, sind, B, T, H, K)

@@ -16,12 +16,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="
 from bytemodel.config import ModelConfig  # noqa: E402
 from bytemodel.decode.generate import generate, sample_next  # noqa: E402
 from bytemodel.model import Model  # noqa: E402
+from bytemodel.ops import numpy_ops  # noqa: E402
 from bytemodel.tokenizer import Tokenizer  # noqa: E402
 
 
 def models(cfg, precision, seed=0):
     from bytemodel.ops import get_backend
-    ref = Model(cfg, dtype=np.float64)
+    ref = Model(cfg, numpy_ops, dtype=np.float64)
     ref.init_weights(seed)
     # larger weights than the init so the logits spread (ties would make greedy ambiguous)
     host = ref.ops.to_numpy(ref.params).astype(np.float32) * 4

@@ -80,13 +80,13 @@ def test_model_gradients_with_a_fixed_mask():
     worst = max(c.max_rel_error for c in check_model(cfg, per_tensor=4, drop=Dropout(5, 11)))
     assert worst <= 1e-4, worst
     # and the dropout really acts: the loss differs from the one without masks
-    m = Model(cfg, dtype=np.float64)
+    m = Model(cfg, o, dtype=np.float64)
     m.init_weights(0)
     idx = np.arange(2 * cfg.context).reshape(2, -1) % cfg.vocab_size
     plain = m.forward(idx, idx)
     assert not np.allclose(m.forward(idx, idx, drop=Dropout(5, 11)), plain)
     # off at evaluation: no Dropout given, the same losses as a model with dropout 0
-    m0 = Model(tiny_config(dropout=0.0), dtype=np.float64)
+    m0 = Model(tiny_config(dropout=0.0), o, dtype=np.float64)
     m0.params[:] = m.params
     np.testing.assert_array_equal(m0.forward(idx, idx), plain)
 
@@ -99,12 +99,12 @@ def test_slices_draw_the_masks_of_the_whole_batch():
     idx = rng.integers(0, 40, size=(4, 16))
     grads = []
     for workers in (1, 2):
-        m = Model(cfg)
+        m = Model(cfg, o)
         m.init_weights(0)
         CoreParallel(m, workers).loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(0, 3))
         grads.append(m.grads.copy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)   # float32 sums, in another order
-    m = Model(cfg)
+    m = Model(cfg, o)
     m.init_weights(0)
     m.loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(0, 4))       # another step: other masks, other gradient
     assert not np.allclose(m.grads, grads[0], rtol=1e-2, atol=1e-4)

@@ -821,9 +821,10 @@ def test_a_version_1_checkpoint_still_loads_and_its_weights_are_verified(tmp_pat
     from bytemodel.config import ModelConfig
     from bytemodel.errors import CheckpointError
     from bytemodel.model import Model, layout
+    from bytemodel.ops import numpy_ops
     from bytemodel.tokenizer import Tokenizer
     cfg = ModelConfig(d_model=16, n_layers=1, n_heads=2, d_ff=16, context=8)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(0)
     flat = np.asarray(m.params, dtype=np.float32)
     tensors = {n: np.ascontiguousarray(flat[o:o + int(np.prod(s))].reshape(s)) for n, s, o in layout(cfg)}

@@ -12,6 +12,7 @@ from bytemodel.finetune import finetune, parent_val_bpb
 from bytemodel.lineage import grow_vocab
 from bytemodel.gradcheck import BOUND, check_tensors, tiny_config
 from bytemodel.model import Model, views
+from bytemodel.ops import numpy_ops
 from bytemodel.ops import numpy_ops as op
 from bytemodel.pairs import ExampleCorpus, encode_example, read_examples, stream_of
 from bytemodel.training.runner import CoreParallel
@@ -39,7 +40,7 @@ def test_masked_cross_entropy_against_finite_differences():
 
 def _model64(cfg, seed=0):
     rng = np.random.default_rng(seed)
-    m = Model(cfg, dtype=np.float64)
+    m = Model(cfg, numpy_ops, dtype=np.float64)
     m.params[:] = rng.standard_normal(m.size) * 0.3    # as gradcheck: every path carries signal
     return m
 

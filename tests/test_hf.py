@@ -19,6 +19,7 @@ from bytemodel.hf import export_hf, import_hf
 from bytemodel.hf.layout import config_from_hf
 from bytemodel.hf.tokenizer_json import byte_alphabet, read_tokenizer_json, token_string
 from bytemodel.model import Model, layout
+from bytemodel.ops import numpy_ops
 from bytemodel.tokenizer import Tokenizer
 
 runner = CliRunner()
@@ -61,7 +62,7 @@ def make_run(root, case: str, tok_kind: str | None = None, seed: int = 0):
     that are not 1 (so a swapped norm shows)."""
     tok = make_tokenizer(tok_kind or ("text" if case == "bpe" else "bytes"))
     cfg = ModelConfig(vocab_size=tok.vocab_size, **CASES[case], **COMMON)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     rng = np.random.default_rng(seed)
     for name, shape, _ in layout(cfg):
         if len(shape) == 1:
@@ -162,7 +163,7 @@ def test_export_import_identical(tmp_path, case, tok_kind):
     assert a.tokenizer.merges == b.tokenizer.merges and a.tokenizer.pre_split == b.tokenizer.pre_split
     assert b.m is None and b.train == {}                        # weights only: a start for fine-tuning
     # and the model computes the same thing
-    lm = Model(b.cfg)
+    lm = Model(b.cfg, numpy_ops)
     lm.load_flat(b.params)
     ids = np.random.default_rng(3).integers(0, b.cfg.vocab_size, (1, 20))
     assert np.array_equal(lm.forward_cached(ids, lm.new_cache(1, 20), 0),
@@ -243,7 +244,7 @@ def test_mtp_heads_are_dropped_with_a_note(tmp_path):
     import_hf(tmp_path / "hf", tmp_path / "back")
     back = ck.load(tmp_path / "back")
     assert back.cfg.mtp == 1
-    bm = Model(back.cfg)
+    bm = Model(back.cfg, numpy_ops)
     bm.load_flat(back.params)
     for name, _, _ in layout(back.cfg):
         assert np.array_equal(bm.p[name], m.p[name]), name
@@ -352,7 +353,7 @@ def test_import_a_foreign_llama_bf16_sharded_without_tokenizer(tmp_path):
     ld = ck.load(tmp_path / "run")
     assert ld.cfg.vocab_size == 260 and ld.tokenizer.vocab_size == 257 and ld.cfg.norm_eps == 1e-6
     assert ld.cfg.n_kv_heads == 2 and not ld.cfg.tie_embeddings and ld.cfg.head_dim == 8
-    m = Model(ld.cfg)
+    m = Model(ld.cfg, numpy_ops)
     m.load_flat(ld.params)
     assert np.array_equal(m.p["lm_head"], vals["lm_head.weight"].T)
     assert np.array_equal(m.p["layers.0.wqkv"][:, 16:32], vals["model.layers.0.self_attn.k_proj.weight"].T)
@@ -502,7 +503,7 @@ def test_import_a_llama_that_transformers_saved(tmp_path, hf_libs):
     assert r.exit_code == 0, r.output
     ld = ck.load(tmp_path / "run")
     assert ld.cfg.tie_embeddings and ld.cfg.n_kv_heads == 2 and ld.cfg.rope_theta == 777.0
-    m = Model(ld.cfg)
+    m = Model(ld.cfg, numpy_ops)
     m.load_flat(ld.params)
     ids = np.random.default_rng(4).integers(0, 257, (1, 48))
     with torch.no_grad():

@@ -52,3 +52,16 @@ def test_an_over_long_function_is_found(tmp_path):
     (pkg / "m.py").write_text(f"class A:\n    def ok(self):\n{body(MAX_FUNCTION)}"
                               f"    def long(self):\n{body(MAX_FUNCTION + 1)}")
     assert [r.split()[1] for r in _too_long(pkg)] == ["long"]
+
+
+def test_cupy_is_imported_only_under_ops():
+    """The device shows in ops/ alone (the backends, the GPU decoder, NCCL): nothing else imports CuPy."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "cupy" or n.startswith("cupy.") for n in names) and not rel.startswith("ops/"):
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, "CuPy imported outside ops/: " + ", ".join(found)

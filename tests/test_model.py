@@ -7,6 +7,7 @@ from bytemodel.config import ModelConfig, preset, PRESETS
 from bytemodel.errors import ConfigError
 from bytemodel.gradcheck import BOUND, check_model, tiny_config
 from bytemodel.model import Model, layout, n_params, views
+from bytemodel.ops import numpy_ops
 
 
 @pytest.mark.parametrize("overrides", [{}, {"tie_embeddings": True, "n_kv_heads": 4}, {"n_kv_heads": 1}])
@@ -38,7 +39,7 @@ def test_layout_is_one_aligned_flat_buffer():
     cfg = preset("tiny")
     lay = layout(cfg)
     assert all(off % 64 == 0 for _, _, off in lay)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(0)
     v = views(m.params, cfg)
     assert all(np.shares_memory(t, m.params) for t in v.values())
@@ -62,7 +63,7 @@ def test_presets_and_validation():
 
 def test_kv_cache_matches_full_forward():
     cfg = tiny_config(context=12)
-    m = Model(cfg, dtype=np.float64)
+    m = Model(cfg, numpy_ops, dtype=np.float64)
     m.init_weights(0)
     m.params[:] += np.random.default_rng(0).standard_normal(m.size) * 0.1
     idx = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, 12))
@@ -84,7 +85,7 @@ def test_core_parallel_matches_serial():
     """Batch slices on threads give the same losses and (to float32 rounding) the same gradients."""
     from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(context=16)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(0)
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, cfg.vocab_size, (5, 16)), rng.integers(0, cfg.vocab_size, (5, 16))

@@ -18,6 +18,7 @@ from bytemodel.config import ModelConfig
 from bytemodel.decode.generate import plain_ids
 from bytemodel.gradcheck import BOUND, check_model, tiny_config
 from bytemodel.model import Model, layout
+from bytemodel.ops import numpy_ops
 from bytemodel.mtp import shifted_targets
 from bytemodel.decode.speculative import SpecStats, speculative_ids
 
@@ -67,7 +68,7 @@ def test_no_heads_keeps_the_layout():
 
 def _model(V=3, K=3, seed=0, scale=0.6, dtype=np.float64, context=24):
     cfg = ModelConfig(vocab_size=V, d_model=16, n_layers=2, n_heads=2, d_ff=24, context=context, mtp=K)
-    m = Model(cfg, dtype=dtype)
+    m = Model(cfg, numpy_ops, dtype=dtype)
     m.init_weights(seed)
     rng = np.random.default_rng(seed + 100)
     m.params[:] = rng.standard_normal(m.size) * scale   # peaked, head-specific distributions
@@ -186,7 +187,7 @@ def test_data_parallel_workers_agree_with_heads():
     """Thread replicas (parallel.py) split the batch; the heads' gradients must sum the same."""
     from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(mtp=3, vocab_size=13, context=8)
-    m = Model(cfg)
+    m = Model(cfg, numpy_ops)
     m.init_weights(3)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 13, size=(4, 8))

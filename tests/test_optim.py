@@ -18,7 +18,7 @@ def test_schedule_warmup_then_cosine():
 
 def test_adamw_first_step_by_hand():
     cfg = ModelConfig(vocab_size=5, d_model=4, n_layers=1, n_heads=2, d_ff=6, context=4)
-    m = Model(cfg, dtype=np.float64)
+    m = Model(cfg, numpy_ops, dtype=np.float64)
     m.init_weights(0)
     p0 = m.params.copy()
     m.grads[:] = np.linspace(-1, 1, m.size)

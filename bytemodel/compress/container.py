@@ -10,6 +10,7 @@ import struct
 import zlib
 from pathlib import Path
 
+from ..decode.window import keep
 from ..errors import CompressError
 from ..jsonguard import loads as json_loads
 from .coder import PREC_BITS
@@ -195,7 +196,7 @@ def _validate(h: dict, version: int = VERSION) -> None:
         raise ValueError(f"{S} streams in lanes of {ln}; a file holds at most {MAX_STREAMS} streams, "
                          f"lanes of at most {MAX_LANE}")
     engine, rr = lay["engine"], _int(lay, "reread")
-    if engine not in ENGINES or (engine == "lockstep" and rr not in (0, W // 2)) or (engine == "cpu" and rr >= W):
+    if engine not in ENGINES or (engine == "lockstep" and rr not in (0, keep(W))) or (engine == "cpu" and rr >= W):
         raise ValueError(f"unknown engine or re-read policy ({engine!r}, re-read {rr} of window {W})")
     if c.get("precision_bits") != PREC_BITS or c.get("model") != "Categorical(perfect=False)":
         raise ValueError("unknown coder settings")

@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
+from ..ops.host import rope_tables
 from ..decode.lockstep import check_window
 
 
@@ -84,15 +85,13 @@ class Folded:
         wh = W["wte"].T if cfg.tie_embeddings else W["lm_head"]
         self.head = c32(np.asarray(wh, dtype=np.float64) * gf)                      # (C, V)
         self.wte = c32(W["wte"])                                                     # (V, C)
-        self._inv_freq = cfg.rope_theta ** (-np.arange(0, D // 2, dtype=np.float64) * 2.0 / D)
 
     def rotation(self, pos: int) -> np.ndarray:
         """R (D, D) float32 with x @ R = RoPE of the row x at position pos (rotate-half, as
-        numpy_ops._rotate): [x1 c - x2 s, x2 c + x1 s], the angles computed in float64."""
+        numpy_ops._rotate): [x1 c - x2 s, x2 c + x1 s], the angles of ops/host.py (float64)."""
         D = self.cfg.head_dim
         h = D // 2
-        ang = pos * self._inv_freq
-        c, s = np.cos(ang), np.sin(ang)
+        c, s = (t[0] for t in rope_tables([pos], D, self.cfg.rope_theta, np.float64))
         R = np.zeros((D, D), dtype=np.float64)
         i = np.arange(h)
         R[i, i] = c
@@ -105,6 +104,14 @@ class Folded:
 # a row whose softmax terms, shifted by the lane's largest score, sum below this is recomputed
 # with its own maximum (never in practice: it takes a row 40 nats below every other)
 _TINY = np.float32(2.0 ** -60)
+
+# The ModelConfig fields this copy of the block follows, and those that cannot change its logits
+# (as model.FOLLOWS; checked by tests/test_engines.py)
+FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context", "rope_theta",
+           "norm_eps", "tie_embeddings")
+IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the multi-token heads are not run",
+           "mtp_design": "the multi-token heads are not run", "mtp_weight": "training only",
+           "dropout": "training steps only (Model.forward with a Dropout)"}
 
 
 class CpuLockstep:

@@ -62,8 +62,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..decode.lockstep import Lockstep, check_window
+from ..decode.window import keep
 from ..errors import CompressError, ConfigError
-from ..ops import numpy_ops
+from ..ops.host import log_probs
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
@@ -120,7 +121,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 continue
             freqs[a:b] = ops.to_numpy(quantise(lg, A, xp).astype(xp.float32))
             if want_logp:
-                logp[a:b] = numpy_ops.log_softmax(ops.to_numpy(lg[:, :V]).astype(np.float64))
+                logp[a:b] = log_probs(ops.to_numpy(lg[:, :V]))
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
     limiter = _blas_one_thread() if cpu else None
@@ -191,9 +192,9 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     W = (min(CPU_WINDOW, ctx) if engine == "cpu" else default_window(ctx, device)) if window is None else int(window)
     check_window(W, ctx)
     if engine == "lockstep":
-        rr = (W // 2 if device == "cpu" else LOCKSTEP_REREAD) if reread is None else int(reread)
-        if rr not in (0, W // 2):
-            raise ConfigError(f"the lockstep engine slides (re-read 0) or re-reads window/2 = {W // 2} tokens, "
+        rr = (keep(W) if device == "cpu" else LOCKSTEP_REREAD) if reread is None else int(reread)
+        if rr not in (0, keep(W)):
+            raise ConfigError(f"the lockstep engine slides (re-read 0) or re-reads window/2 = {keep(W)} tokens, "
                               f"not {reread}")
     else:
         rr = 0 if reread is None else int(reread)

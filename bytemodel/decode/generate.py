@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..sampling import rng_states, sample_next, sampling_probs  # noqa: F401  (part of this module's API)
 from ..model import Model
-from ..ops import numpy_ops
+from ..ops.host import log_probs
+from . import window
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
 
@@ -51,13 +52,13 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
         return cache, len(ids), ops.to_numpy(logits[0, -1, :V]).astype(np.float64)
 
-    cache, pos, logits = prefill(history[-(T // 2 if len(history) > T else T):])
+    cache, pos, logits = prefill(window.start(history, T))
     while True:
         nxt = sample_next(logits, rng, temperature, top_k, top_p)
         history.append(nxt)
         yield nxt
         if pos >= T:  # cache full: re-read the recent half into a fresh cache
-            cache, pos, logits = prefill(history[-(T // 2):])
+            cache, pos, logits = prefill(window.reread(history, T))
             continue
         lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
         pos += 1
@@ -148,11 +149,6 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     return outs.result(1)
 
 
-def _start(history: list[int], T: int) -> list[int]:
-    """The ids a (re)start reads: the whole history if it fits the context, else the last T/2."""
-    return history[-(T // 2 if len(history) > T else T):]
-
-
 def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
     """N samples through the backend's batched cached forward (lockstep.Lockstep: the window
     policy above), sampling on the host, sample i from np.random.default_rng(seed + i)."""
@@ -160,7 +156,7 @@ def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
     ops, V = model.ops, tokenizer.vocab_size
     rngs = [np.random.default_rng(seed + i) for i in range(N)]
     steps = Lockstep(model, N, model.cfg.context)
-    logits = ops.to_numpy(steps.start(_start(outs.hist[0], model.cfg.context))[:, :V]).astype(np.float64)
+    logits = ops.to_numpy(steps.start(window.start(outs.hist[0], model.cfg.context))[:, :V]).astype(np.float64)
     while True:
         nxt = [sample_next(logits[i], rngs[i], temperature, top_k, top_p) if not outs.done[i] else 0
                for i in range(N)]
@@ -195,7 +191,7 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
         d.begin(lg[:, -1, :], len(rows[0]), W)
         return len(rows[0])
 
-    pos = prefill([_start(outs.hist[0], T)])
+    pos = prefill([window.start(outs.hist[0], T)])
     t, chunk = 0, 8
     while True:
         k = min(chunk, T - pos, outs.need())
@@ -215,7 +211,7 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
         if all(outs.done):
             return
         if full:
-            pos = prefill([h[-(T // 2):] for h in outs.hist])
+            pos = prefill([window.reread(h, T) for h in outs.hist])
             t = 0
 
 
@@ -237,10 +233,10 @@ def score(model: Model, tokenizer: Tokenizer, data: bytes) -> dict:
         end = min(start + T, n)
         x, y = ids[start:end], ids[start + 1:end + 1]
         logits = ops.to_numpy(model.forward_cached(ops.asarray(x[None]), model.new_cache(1, len(x)), 0))[0]
-        lp = numpy_ops.log_softmax(logits[:, :V].astype(np.float64))   # on the host, float64
+        lp = log_probs(logits[:, :V])   # on the host, float64
         k = done - start
         nll -= lp[np.arange(k, len(y)), y[k:]].sum()
         done = end
-        start = max(end - T // 2, 0) if end < n else end
+        start = max(end - window.keep(T), 0) if end < n else end
     bits = nll / LN2
     return {"bytes": len(data), "tokens": n, "bits": bits, "bits_per_byte": bits / len(data)}

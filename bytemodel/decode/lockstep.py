@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import Model
+from . import window
 
 
 def check_window(window: int, context: int) -> None:
@@ -76,7 +77,7 @@ class Lockstep:
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
         m, o, W = self.model, self.model.ops, self.W
         if self.pos == W and not self.slide:  # full: re-read the newest W/2 tokens (the pushed one last) from 0
-            keep = W // 2
+            keep = window.keep(W)
             self.recent[:, :keep - 1] = self.recent[:, W - keep + 1:]
             self.recent[:, keep - 1] = ids
             x = np.ascontiguousarray(self.recent[:, :keep])

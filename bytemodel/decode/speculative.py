@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..sampling import sampling_probs
+from . import window
 
 
 @dataclass
@@ -75,13 +76,13 @@ def speculative_ids(model, history: list, rng: np.random.Generator, temperature=
         lg, x = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W, hidden=True)
         return cache, len(ids), lg[0, -1], x[-1:]
 
-    cache, pos, last_logits, h = prefill(history[-(T // 2 if len(history) > T else T):])
+    cache, pos, last_logits, h = prefill(window.start(history, T))
     t0 = _draw(probs(last_logits), rng, greedy)
     while True:
         history.append(t0)
         yield t0
         if pos + K > T:      # no room for a block: re-read the recent half (t0 stays pending)
-            cache, pos, _, h = prefill(history[-(T // 2) - 1:-1])
+            cache, pos, _, h = prefill(window.reread(history[:-1], T))
         q = [probs(lg[0]) for lg in model.draft_logits(h, W)]        # K-1 draft distributions
         drafts = [_draw(qk, rng, greedy) for qk in q]
         block = np.array([[t0] + drafts], dtype=np.int64)            # (1, K)

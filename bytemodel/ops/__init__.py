@@ -37,12 +37,12 @@ OPS = (
 ATTRIBUTES = (
     "name",                     # "numpy", "cuda"
     "xp",                       # the array module (numpy, cupy)
-    "cpu_threads",              # True: batch slices may run on CPU threads (parallel.CoreParallel)
+    "cpu_threads",              # True: batch slices may run on CPU threads (training/runner.py, CoreParallel)
 )
-# host-side helpers of numpy_ops: RoPE tables are made on the host; the plain rotation
-# (rope_forward / rope_backward) is the oracle the fused qkv_rope pair is built from; the dropout
-# mask's rule, which the CUDA twin reproduces
-REFERENCE_ONLY = ("rope_tables", "rope_forward", "rope_backward", "dropout_threshold", "dropout_keep")
+# host-side helpers of numpy_ops: the plain rotation (rope_forward / rope_backward) is the oracle
+# the fused qkv_rope pair is built from; the dropout mask's rule, which the CUDA twin reproduces.
+# (The RoPE tables are host maths, made on the host for every backend: ops/host.py.)
+REFERENCE_ONLY = ("rope_forward", "rope_backward", "dropout_threshold", "dropout_keep")
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -54,6 +54,13 @@ def cuda_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+def gpu_capability() -> tuple[int, int]:
+    """The current GPU's compute capability, e.g. (9, 0) on an H200."""
+    import cupy
+    cc = cupy.cuda.Device().compute_capability   # e.g. "90"
+    return int(cc[:-1]), int(cc[-1])
 
 
 def resolve_device(device: str) -> str:

@@ -29,6 +29,14 @@ ATTN_HEAD_DIMS = (16, 32, 64, 128, 256)
 _THREADS = 256
 _FILE = "decode.cu"
 
+# The ModelConfig fields this copy of the block follows, and those that cannot change its logits
+# (as model.FOLLOWS; checked by tests/test_engines.py)
+FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context", "rope_theta",
+           "norm_eps", "tie_embeddings")
+IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the multi-token heads are not run",
+           "mtp_design": "the multi-token heads are not run", "mtp_weight": "training only",
+           "dropout": "training steps only (Model.forward with a Dropout)"}
+
 
 def supports(cfg, vocab: int) -> str | None:
     """None if the decode kernels take this model, else the reason they do not."""
@@ -113,8 +121,8 @@ class Decoder:
         self.wte = W["wte"]
         self.head = W["wte"] if cfg.tie_embeddings else t(W["lm_head"])  # (V, C) either way
         self.g_f = W["norm_f"]
-        from . import numpy_ops
-        cos, sin = numpy_ops.rope_tables(np.arange(S), D, cfg.rope_theta, np.float32)
+        from .host import rope_tables
+        cos, sin = rope_tables(np.arange(S), D, cfg.rope_theta, np.float32)
         self.cos, self.sin = cp.asarray(cos), cp.asarray(sin)
         self.x = cp.zeros((B, C), dtype=cp.float32)
         self.q = cp.zeros((B, H, D), dtype=cp.float32)

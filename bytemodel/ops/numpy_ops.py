@@ -88,12 +88,7 @@ def matmul_backward(dout, x, w, dw):
 # RoPE, rotate-half convention (as Llama): with x = [x1, x2] split along D,
 #   out = [x1*cos - x2*sin, x2*cos + x1*sin],  angle(t, i) = pos_t * theta^(-2i/D)
 
-def rope_tables(positions, D, theta, dtype):
-    """positions (T,) int -> cos, sin (T, D/2), computed in float64 then cast."""
-    inv_freq = theta ** (-np.arange(0, D // 2, dtype=np.float64) * 2.0 / D)   # (D/2,)
-    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
-
+# (the cos/sin tables are host maths: ops/host.py rope_tables)
 
 def _rotate(x, cos, sin, out, sign=1.0):
     """out = x rotated by sign * angle; x, out (..., D) with cos/sin broadcasting to (..., D/2)."""

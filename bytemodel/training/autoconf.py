@@ -78,14 +78,9 @@ def auto_precision(device: str, capability: tuple[int, int] | None = None) -> st
     if device == "cpu":
         return "fp32"
     if capability is None:
+        from ..ops import gpu_capability
         capability = gpu_capability()
     return "bf16" if capability >= (8, 0) else "fp16"
-
-
-def gpu_capability() -> tuple[int, int]:
-    import cupy
-    cc = cupy.cuda.Device().compute_capability   # e.g. "90"
-    return int(cc[:-1]), int(cc[-1])
 
 
 def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> None:
