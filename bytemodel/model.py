@@ -287,7 +287,7 @@ class Model:
         head's mean loss); loss_and_grad passes the total of the main loss's weights."""
         o, cfg, G = self.ops, self.cfg, self.g
         B, T, W, cos, sin, emb_cache, d0, acts, hf, nf, ce, mtp = self._acts
-        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        H, D = cfg.n_heads, cfg.head_dim
         wh, dwh = self.head(W)
         dmtp = None   # the MTP heads' gradient on the trunk's last residual stream
         if mtp is not None:

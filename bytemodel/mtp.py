@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-DESIGNS = ("independent", "sequential")
-
 
 def mtp_shapes(cfg) -> list[tuple[str, tuple[int, ...]]]:
     """The heads' parameter tensors, appended to the model's layout."""

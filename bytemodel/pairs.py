@@ -28,7 +28,6 @@ import binascii
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -326,10 +325,6 @@ def open_examples(run_dir) -> ExampleCorpus:
         raise SourceError(f"the examples in {run_dir} are damaged")
     return ExampleCorpus(tokens, mask, spans, int(info["n_train"]), int(info["n_bytes"]), info["sha256"],
                          info["kind"])
-
-
-def is_example_run(run_dir) -> bool:
-    return (Path(run_dir) / INFO_FILE).exists()
 
 
 def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list, list]:

@@ -160,26 +160,6 @@ def test_non_finite_validation_is_warned_and_recorded_as_null(tmp_path, dna_file
     assert rows[4]["val_bpb"] is None and rows[4]["nonfinite"] == ["val_bpb", "val_se"]
 
 
-def test_validation_standard_error_by_hand():
-    """score_tokens' figure and standard error against the ratio-estimate formula, computed by
-    hand over the windows, with a stand-in model whose loss for target y is y / 100 nats."""
-    from bytemodel.corpus import LN2, eval_windows, score_tokens
-    from bytemodel.tokenizer import Tokenizer
-    forward = lambda x, y: (y / 100.0).reshape(-1).astype(np.float32)   # noqa: E731
-    tokens = np.random.default_rng(3).integers(0, 256, 1000).astype(np.uint16)
-    bpb, nats, se = score_tokens(forward, tokens, Tokenizer(), 32, 0)
-    wins = list(eval_windows(tokens, 32, 10 ** 9))
-    bits = np.array([(y / 100.0).astype(np.float32).astype(np.float64).sum() / LN2 for _, y in wins])
-    nb = np.array([y.size for _, y in wins], dtype=float)      # plain bytes: one byte per token
-    r = bits.sum() / nb.sum()
-    n = len(wins)
-    assert n == 32 and bpb == pytest.approx(r, rel=1e-12)
-    assert se == pytest.approx(np.sqrt(((bits - r * nb) ** 2).sum() / (n * (n - 1))) / nb.mean(), rel=1e-9)
-    # and a subset (eval_tokens) scores fewer windows
-    bpb8, _, se8 = score_tokens(forward, tokens, Tokenizer(), 32, 8 * 32)
-    assert bpb8 != bpb and se8 > se
-
-
 def test_auto_settings_rules():
     from bytemodel.training.autoconf import auto_precision, auto_preset, PARAMS_PER_BYTE
     from bytemodel.config import TrainConfig

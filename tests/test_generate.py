@@ -105,7 +105,7 @@ def test_sample_next_is_one_uniform_and_the_cdf():
 def test_pcg64_arithmetic_of_the_gpu_sampler():
     """gpu/decode.cu advances each stream's PCG64 state with 64-bit halves (hi, lo); the same
     arithmetic written here in Python gives NumPy's Generator.random() doubles."""
-    from bytemodel.decode.generate import rng_states
+    from bytemodel.sampling import rng_states
     M64 = (1 << 64) - 1
     MH, ML = 2549297995355413924, 4865540595714422341
     for seed in (0, 1, 12345):

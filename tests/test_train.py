@@ -6,17 +6,7 @@ import pytest
 
 import bytemodel
 from bytemodel import checkpoint as ck
-from bytemodel.corpus import sample_batch
 from bytemodel.errors import CheckpointError, ConfigError, SourceError
-
-
-def test_sampler_is_a_pure_function_of_seed_and_step():
-    tokens = np.arange(1000, dtype=np.uint16)
-    a = sample_batch(tokens, 4, 16, seed=7, step=3)
-    b = sample_batch(tokens, 4, 16, seed=7, step=3)
-    c = sample_batch(tokens, 4, 16, seed=7, step=4)
-    assert (a[0] == b[0]).all() and not (a[0] == c[0]).all()
-    assert (a[1] == a[0] + 1).all()  # targets are the next tokens
 
 
 def test_training_lowers_validation_loss(tmp_path, dna_file, fast_settings):
@@ -138,17 +128,6 @@ def test_tokenizer_file_must_match_the_checkpoint(tmp_path, dna_file, fast_setti
         bytemodel.train(dna_file, tmp_path / "run2", steps=3, tokenizer=str(corrupt), **fast_settings)
     with pytest.raises(TokenizerError):  # more merges than the data has repeating pairs
         bytemodel.train(dna_file, tmp_path / "run3", steps=3, merges=60000, **fast_settings)
-
-
-def test_corpus_from_pieces_equals_corpus_from_documents(tmp_path):
-    from bytemodel.corpus import build_corpus
-    from bytemodel.tokenizer import Tokenizer
-    docs = [bytes(range(256)) * 3, b"second document", b"third" * 50]
-    pieces = [(d[i:i + 100], i + 100 >= len(d)) for d in docs for i in range(0, len(d), 100)]
-    a = build_corpus(docs, Tokenizer(), tmp_path / "a", context=16)
-    b = build_corpus(None, Tokenizer(), tmp_path / "b", context=16, pieces=pieces)
-    assert a.sha256 == b.sha256 and a.n_docs == b.n_docs == 3 and a.n_bytes == b.n_bytes
-    assert int((np.asarray(a.tokens) == 256).sum()) == 3  # one separator after each document
 
 
 def test_divergence_stops_with_a_clear_error(tmp_path, dna_file, fast_settings, monkeypatch):

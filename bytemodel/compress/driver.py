@@ -30,7 +30,7 @@ payload is the coders' outputs one after the other (their lengths are in the hea
 Probabilities. The logits of the tokenizer's byte and merge ids (the <doc> id never occurs inside
 a stream, so it is left out) become integer frequencies that sum to 2^24, each at least 1: the
 lockstep engine's `quantise` takes the softmax in float64, floor(p * (2^24 - A)) + 1, and adds the
-rounding remainder to the likeliest symbol; the cpu engine's cpu_lockstep.Quantiser does the same
+rounding remainder to the likeliest symbol; the cpu engine's cpu_engine.Quantiser does the same
 in float32 (the sum and the remainder exact in float64). The coder sees only these integers (as
 float32, exact below 2^24).
 
@@ -78,8 +78,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     """Advance every stream through the model, one token per stream per step.
 
     engine "lockstep": lockstep.Lockstep on any backend (`reread` 0 slides, else window/2), frequencies by
-    `quantise`; "cpu": cpu_lockstep.CpuLockstep (NumPy only; `reread` 0 slides the window, k > 0
-    re-reads k tokens), frequencies by cpu_lockstep.Quantiser.
+    `quantise`; "cpu": cpu_engine.CpuLockstep (NumPy only; `reread` 0 slides the window, k > 0
+    re-reads k tokens), frequencies by cpu_engine.Quantiser.
 
     lengths (S,): tokens per stream (non-increasing). At each step t, decide(t, active, freqs,
     logp) gets the S' = active streams (the first S', those with more than t tokens), their
@@ -172,7 +172,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
     the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
-    cpu_lockstep.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread: 0 slides
+    cpu_engine.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread: 0 slides
     the window (the default but for the lockstep engine on the CPU), k > 0 re-reads the newest k
     tokens when the window is full (the lockstep engine: only k = window/2, its default on the
     CPU). coders: independent range

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..sampling import rng_states, sample_next, sampling_probs  # noqa: F401  (part of this module's API)
+from ..sampling import sample_next
 from ..model import Model
 from ..ops.host import log_probs
 from . import window

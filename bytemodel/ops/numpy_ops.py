@@ -407,7 +407,7 @@ def log_softmax(logits):
 # ----------------------------------------------------------------------------------------------
 # arrays and precision: the host is the device, nothing to copy or cast
 
-cpu_threads = True  # batch slices may run on CPU threads (parallel.CoreParallel)
+cpu_threads = True  # batch slices may run on CPU threads (training/runner.py, CoreParallel)
 
 
 def asarray(a, dtype=None):

@@ -160,11 +160,3 @@ def open_compressed_write(path: str | os.PathLike, raw: BinaryIO) -> BinaryIO:
         return zstandard.ZstdCompressor(level=19, write_checksum=True).stream_writer(raw, closefd=False)
     return raw
 
-
-def strip_compressed_suffix(name: str) -> str:
-    """'x.fa.gz' -> 'x.fa'; names without a compression suffix come back unchanged."""
-    low = name.lower()
-    for s in COMPRESSED_SUFFIXES:
-        if low.endswith(s):
-            return name[: -len(s)]
-    return name

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, SourceError
+from ..errors import SourceError
 from .base import Reader
 
 ENTRY_POINT_GROUP = "bytemodel.readers"

@@ -242,34 +242,32 @@ class MPIWorld:
             raise RuntimeError("a GPU array in a collective before use_device('cuda')")
         return self.nccl
 
-    def allreduce(self, a, what: str = "all-reduce"):
-        """Sum `a` (contiguous) over ranks, in place."""
+    def _collective(self, what: str, a, on_gpu, on_host) -> None:
+        """on_gpu(communicator) when `a` lives on a GPU (queued; the watchdog waits for it), else
+        on_host() (MPI, blocking, timed)."""
         gpu = self._gpu(a)
         if gpu is not None:
-            gpu.allreduce(a)
+            on_gpu(gpu)
             self._queued(what)
         else:
-            self._blocking(what, lambda: self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM))
+            self._blocking(what, on_host)
+
+    def allreduce(self, a, what: str = "all-reduce"):
+        """Sum `a` (contiguous) over ranks, in place."""
+        self._collective(what, a, lambda g: g.allreduce(a),
+                         lambda: self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM))
         return a
 
     def reduce_scatter(self, full, shard, what: str = "reduce-scatter"):
         """shard[...] = (sum over ranks of full)[rank's block]; full is (size * len(shard),)."""
         assert full.shape[0] == self.size * shard.shape[0]
-        gpu = self._gpu(full)
-        if gpu is not None:
-            gpu.reduce_scatter(full, shard)
-            self._queued(what)
-        else:
-            self._blocking(what, lambda: self.comm.Reduce_scatter_block(full, shard, op=self.MPI.SUM))
+        self._collective(what, full, lambda g: g.reduce_scatter(full, shard),
+                         lambda: self.comm.Reduce_scatter_block(full, shard, op=self.MPI.SUM))
 
     def allgather(self, full, what: str = "all-gather"):
         """full (size * S,): rank r's block [r*S, (r+1)*S) sent to every rank, in place."""
-        gpu = self._gpu(full)
-        if gpu is not None:
-            gpu.allgather(full)
-            self._queued(what)
-        else:
-            self._blocking(what, lambda: self.comm.Allgather(self.MPI.IN_PLACE, full))
+        self._collective(what, full, lambda g: g.allgather(full),
+                         lambda: self.comm.Allgather(self.MPI.IN_PLACE, full))
 
     def gather_host(self, a: np.ndarray):
         """Host arrays of equal length, concatenated in rank order on rank 0 (None elsewhere)."""

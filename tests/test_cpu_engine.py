@@ -1,4 +1,4 @@
-"""The compressor's CPU engine (bytemodel/cpu_lockstep.py) against the model's own forward pass.
+"""The compressor's CPU engine (bytemodel/compress/cpu_engine.py) against the model's own forward pass.
 
 A small random model (the arithmetic does not depend on training): the engine's logits must match
 lockstep.Lockstep (re-read policy) and a sliding-window reference built from Model.block (the
