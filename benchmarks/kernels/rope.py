@@ -14,6 +14,7 @@ import numpy as np
 from _bench import TOL, check, main, median_ms, rnd, row
 
 from bytemodel.ops import numpy_ops as ref
+from bytemodel.ops.host import rope_tables
 
 
 def run(ops, preset, shape):
@@ -22,7 +23,7 @@ def run(ops, preset, shape):
     D = C // H
     rng = np.random.default_rng(0)
     qkv, qkvd = rnd(ops, rng, (B * T, 3 * C))
-    cos, sin = ref.rope_tables(np.arange(T), D, 10000.0, ops.act_dtype)
+    cos, sin = rope_tables(np.arange(T), D, 10000.0, ops.act_dtype)
     cosd, sind = cp.asarray(cos), cp.asarray(sin)
     cos64, sin64 = cos.astype(np.float64), sin.astype(np.float64)
     q, k, v = ops.qkv_rope_forward(qkvd, cosd, sind, B, T, H, H)
