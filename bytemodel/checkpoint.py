@@ -19,6 +19,7 @@ the model.
 from __future__ import annotations
 
 import hashlib
+import os  # noqa: F401  (tests patch checkpoint.os.fsync to crash a save midway)
 import json
 from pathlib import Path
 
