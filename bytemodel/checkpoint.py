@@ -19,7 +19,7 @@ the model.
 from __future__ import annotations
 
 import hashlib
-import os  # noqa: F401  (tests patch checkpoint.os.fsync to crash a save midway)
+import os  # noqa: F401  (tests/test_train.py patches checkpoint.os.fsync to crash a save midway)
 import json
 from pathlib import Path
 

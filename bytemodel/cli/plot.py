@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
         Example: bytemodel plot runs/genome-1 runs/genome-2 --out compare.png
         """
-        from ..plot import plot_runs
+        from ..training.plot import plot_runs
         with user_errors():
             try:
                 path = plot_runs(runs, out)

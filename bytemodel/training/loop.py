@@ -472,7 +472,7 @@ class Loop:
         best_path = run_dir / ckpt.BEST_NAME
         base = None
         if tc.baseline and not st.interrupted and world.main:
-            from ..plot import run_baselines
+            from .plot import run_baselines
             base = run_baselines(run_dir, tc)
         if tc.plot and world.main:
             _plot_quietly(run_dir, self.log)
@@ -485,7 +485,7 @@ class Loop:
 def _plot_quietly(run_dir: Path, log) -> None:
     """Write run_dir/loss.png; a missing matplotlib or a plotting error never fails a run."""
     try:
-        from ..plot import write_loss_png
+        from .plot import write_loss_png
         write_loss_png(run_dir)
     except ImportError:
         log("note: loss.png not written (pip install matplotlib)")

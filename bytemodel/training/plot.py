@@ -13,8 +13,8 @@ import json
 import math
 from pathlib import Path
 
-from .atomic import write_atomic
-from .errors import ConfigError
+from ..atomic import write_atomic
+from ..errors import ConfigError
 
 LOSS_PNG = "loss.png"
 BASELINES_FILE = "baselines.json"
@@ -46,7 +46,7 @@ def run_baselines(run_dir: str | Path, tc) -> dict:
         return json.loads(p.read_text())
     except (OSError, ValueError):
         pass
-    from .baselines import source_baselines
+    from ..baselines import source_baselines
     b = source_baselines(tc.source, tc.reader or None, tc.val_fraction)
     b = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in b.items()}
     write_atomic(p, json.dumps(b).encode())
