@@ -414,9 +414,9 @@ def test_version_1_files_still_decode(lm):
     v1 = body + hashlib.sha256(body).digest()
     assert bmz.read(v1)[0]["layout"]["engine"] == "lockstep"
     assert lm.decompress(v1) == data
-    v3 = bmz.MAGIC + struct.pack("<HI", 3, len(h)) + h + payload
-    with pytest.raises(bmz.CompressError, match="version 3"):
-        lm.decompress(v3 + hashlib.sha256(v3).digest())
+    v9 = bmz.MAGIC + struct.pack("<HI", 9, len(h)) + h + payload
+    with pytest.raises(bmz.CompressError, match="version 9"):
+        lm.decompress(v9 + hashlib.sha256(v9).digest())
 
 
 def test_engine_settings_are_validated(lm):
@@ -444,3 +444,101 @@ def test_cli_window_and_reread(run_dir, tmp_path):
     assert code == 0 and (tmp_path / "back").read_bytes() == f.read_bytes()
     code, out = _cli(["compress", f, "-c", run_dir, "--window", 8, "--reread", 8, "-o", tmp_path / "bad.bmz"])
     assert code != 0 and _one_error_line(out) and not (tmp_path / "bad.bmz").exists()
+
+
+# ------------------------------------------------------------------------------- the reader's view
+
+def _fasta_file(n=3000, seed=30, width=60):
+    seq = _dna(n, seed=seed)
+    return b">toy record\n" + b"\n".join(seq[i:i + width] for i in range(0, n, width)) + b"\n"
+
+
+def test_fasta_view_codes_the_bases_and_rebuilds_the_file(lm):
+    raw = _fasta_file()
+    st_split, st_raw = {}, {}
+    split = lm.compress(raw, reader="fasta", stats=st_split)
+    as_is = lm.compress(raw, stats=st_raw)
+    h = bmz.read(split)[0]
+    assert h["view"]["kind"] == "split" and h["reader"] == "fasta" and h["view"]["layout_bytes"] > 0
+    assert h["view"]["coded"]["bytes"] == 3000 and h["original"]["bytes"] == len(raw)
+    assert bmz.read(as_is)[0]["view"]["kind"] == "as-is"
+    assert lm.decompress(split) == raw and lm.decompress(as_is) == raw
+    # the model was trained on bases without line breaks: coding the bases is cheaper than the bytes
+    assert len(split) < len(as_is)
+    # the payload is the model's bits on the bases plus the layout (the test above: within 1%)
+    assert st_split["payload_bits"] <= 1.01 * st_split["model_bits"] + 64
+    for hostile in (b">a\r\nACGTAC\r\nAC\r\n>b\n\nacgtNNNN\n\x00junk", b">only a header\n", b""):
+        assert lm.decompress(lm.compress(hostile, reader="fasta:case=upper,n=split")) == hostile
+
+
+def test_a_layout_that_does_not_rebuild_is_refused(lm):
+    raw = _fasta_file(600, seed=31)
+    blob = lm.compress(raw, reader="fasta")
+    header, payload = bmz.read(blob)
+    nw = 4 * sum(header["coder"]["group_words"])
+    layout = payload[nw:]
+    assert header["view"]["coder"] == "none"             # small: packing it would not pay
+    lie = bytearray(layout)
+    lie[-3] ^= 1                                         # one case/line-length byte of the layout
+    with pytest.raises(bmz.CompressError, match="layout|checksum"):
+        lm.decompress(bmz._pack(header, payload[:nw] + bytes(lie)))
+    header["view"]["coder"] = "xz"                       # a layout that is not what its coder says
+    with pytest.raises(bmz.CompressError, match="layout"):
+        lm.decompress(bmz._pack(header, payload))
+
+
+def test_no_exact_split_codes_the_bytes_and_says_why(lm):
+    wav = samples()["audio"]
+    st = {}
+    blob = lm.compress(wav, reader="audio", stats=st)    # mu-law: the reader's view is lossy
+    v = bmz.read(blob)[0]["view"]
+    assert v["kind"] == "as-is" and "no exact split" in v["why"] and "as they are" in st["view"].describe()
+    assert lm.decompress(blob) == wav
+    pcm = lm.compress(wav, reader="audio:encoding=pcm16")
+    assert bmz.read(pcm)[0]["view"]["kind"] == "split" and lm.decompress(pcm) == wav
+    elf = samples()["elf"]                               # a DNA reader on an ELF: too little of it is sequence
+    v = bmz.read(lm.compress(elf, reader="fasta"))[0]["view"]
+    assert v["kind"] == "as-is" and "hold only" in v["why"]
+
+
+def test_image_content_is_pixel_exact(lm, tmp_path):
+    from PIL import Image
+    png = samples()["image"]
+    with pytest.raises(bmz.CompressError, match="content"):
+        lm.compress(png, reader="fasta", content=True)
+    blob = lm.compress(png, reader="image", content=True)
+    h = bmz.read(blob)[0]
+    assert h["view"]["kind"] == "content" and h["view"]["format"] == "PNG"
+    back = lm.decompress(blob)
+    assert Image.open(io.BytesIO(back)).tobytes() == Image.open(io.BytesIO(png)).tobytes()
+    assert bmz.read(lm.compress(png, reader="image"))[0]["view"]["kind"] == "as-is"
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").save(buf, "JPEG")
+    with pytest.raises(bmz.CompressError, match="lossless"):
+        lm.compress(buf.getvalue(), reader="image", content=True)
+
+
+def test_cli_summary_names_the_view(run_dir, tmp_path):
+    f = tmp_path / "s.fa"
+    f.write_bytes(_fasta_file(900, seed=32))
+    code, out = _cli(["compress", f, "-c", run_dir])       # the run's reader is '' : detected, fasta
+    assert code == 0 and "fasta split" in out, out
+    w = tmp_path / "s.wav"
+    w.write_bytes(samples()["audio"])
+    code, out = _cli(["compress", w, "-c", run_dir])
+    assert code == 0 and "bytes as they are" in out and "no exact split" in out, out
+    p = tmp_path / "s.png"
+    p.write_bytes(samples()["image"])
+    code, out = _cli(["compress", p, "-c", run_dir, "--content"])
+    assert code == 0 and "pixel content (PNG" in out, out
+    code, out = _cli(["decompress", tmp_path / "s.png.bmz", "-c", run_dir, "-o", tmp_path / "back.png"])
+    assert code == 0, out
+    from PIL import Image
+    assert Image.open(tmp_path / "back.png").tobytes() == Image.open(p).tobytes()
+    # a layout that does not rebuild: one error line, nothing written
+    blob = (tmp_path / "s.fa.bmz").read_bytes()
+    header, payload = bmz.read(blob)
+    header["original"]["sha256"] = "0" * 64
+    (tmp_path / "lie.bmz").write_bytes(bmz._pack(header, payload))
+    code, out = _cli(["decompress", tmp_path / "lie.bmz", "-c", run_dir])
+    assert code != 0 and _one_error_line(out) and not (tmp_path / "lie").exists(), out

@@ -18,6 +18,13 @@ def _run_reader(lm) -> str:
     return str(lm.train_state.get("config", {}).get("reader", "") or "")
 
 
+def _file_reader(lm, file: Path):
+    """The reader whose view the model codes: the run's (as it trained), else the file's detected one."""
+    from ..readers import detect, get_reader
+    spec = _run_reader(lm)
+    return get_reader(spec) if spec else detect(file)
+
+
 def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise ConfigError(f"{out} exists (use --force to overwrite it)")
@@ -26,7 +33,7 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def compress(
-    file: Path = typer.Argument(..., help="The file to compress (its bytes exactly as they are)."),
+    file: Path = typer.Argument(..., help="The file to compress (decompression gives its exact bytes back)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz)."),
     streams: Optional[int] = typer.Option(None, "--streams",
@@ -38,10 +45,16 @@ def compress(
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
     precision: str = typer.Option("fp16", help="On cuda: fp16, bf16 or fp32."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
+    content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
+                                 "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):
     """Compress a file losslessly: range coding under the model's next-token probabilities.
+
+    The model codes the run's reader's view of the file where that reader splits it exactly (a
+    FASTA file's bases, a pcm16 WAV's samples) and a general-purpose coder the small rest
+    (headers, line lengths); elsewhere the bytes as they are. The summary line says which.
 
     The .bmz file names the checkpoint (and the SHA-256 of its weights and tokenizer), the device
     that computed the probabilities, and the original's length and SHA-256; decompress it with the
@@ -58,13 +71,13 @@ def compress(
         lm = load(checkpoint, device=device, precision=precision)
         stats: dict = {}
         blob = api_compress(lm, data, streams=streams, window=window, reread=reread, workers=workers or None,
-                            stats=stats)
+                            stats=stats, reader=_file_reader(lm, file), content=content)
         write_atomic(target, blob)
         if not quiet:
             n = max(len(data), 1)
             typer.echo(f"{file}: {len(data):,} -> {len(blob):,} bytes ({8 * len(blob) / n:.4f} bits/byte; "
                        f"model cross-entropy {stats.get('model_bits', 0) / n:.4f}, {stats.get('streams', 0)} "
-                       f"streams) -> {target}", err=True)
+                       f"streams; {stats['view'].describe()}) -> {target}", err=True)
 
 
 def decompress(

@@ -15,10 +15,12 @@ from ..errors import CompressError
 from ..jsonguard import loads as json_loads
 from .coder import PREC_BITS
 from .layout import ENGINES
+from .view import KINDS, LAYOUT_CODERS
 
 MAGIC = b"\x89BMZ\r\n\x1a\n"
-VERSION = 2                  # 2: the layout names its engine and re-read policy (version 1: the lockstep engine, re-read window/2)
-READS = (1, 2)               # container versions this code decodes
+VERSION = 3                  # 3: the view (the reader's split: documents + a layout after the coder's words);
+                             # 2: the layout names its engine and re-read policy (1: the lockstep engine, re-read window/2)
+READS = (1, 2, 3)            # container versions this code decodes
 FORMAT = "bytemodel-compressed"
 _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
 _TRAILER = 32                # SHA-256
@@ -130,6 +132,9 @@ def read(blob: bytes) -> tuple[dict, bytes]:
             raise ValueError("the header is not a JSON object")
         if version == 1 and isinstance(header, dict) and isinstance(header.get("layout"), dict):
             header["layout"].setdefault("engine", "lockstep")    # version 1: always the lockstep engine
+        if version < 3 and isinstance(header, dict) and isinstance(header.get("original"), dict):
+            header["view"] = {"kind": "as-is", "coder": "none", "layout_bytes": 0, "why": "", "format": "",
+                              "coded": header["original"]}         # before version 3: the bytes as they are
         _validate(header, version)
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, zlib.error) as e:
         raise CompressError(f"malformed .bmz header ({e})") from None
@@ -183,9 +188,17 @@ def _validate(h: dict, version: int = VERSION) -> None:
             raise ValueError(f"checkpoint {k} missing")
     if "file" in ck and not isinstance(ck["file"], str):
         raise ValueError("checkpoint file is not a string")
-    if h["reader"] != "raw":
+    if not isinstance(h["reader"], str) or (version < 3 and h["reader"] != "raw"):
         raise ValueError(f"reader {h['reader']!r} is not supported by this version (only raw)")
     orig, lay, c, backend = _dict(h, "original"), _dict(h, "layout"), _dict(h, "coder"), _dict(h, "backend")
+    v = _dict(h, "view")
+    if v["kind"] not in KINDS or v["coder"] not in LAYOUT_CODERS or not isinstance(v["why"], str) \
+            or not isinstance(v["format"], str) or not isinstance(_dict(v, "coded")["sha256"], str):
+        raise ValueError("unknown view")
+    lb = _int(v, "layout_bytes")
+    _int(v["coded"], "bytes")
+    if (v["kind"] != "split") != (lb == 0 and v["coder"] == "none"):
+        raise ValueError("inconsistent view")
     _int(orig, "bytes")
     if not isinstance(orig["sha256"], str):
         raise ValueError("original sha256 missing")
@@ -206,17 +219,17 @@ def _validate(h: dict, version: int = VERSION) -> None:
     gw = c["group_words"]
     if not isinstance(gw, list) or (n > 0) != (len(gw) > 0) or len(gw) > max(S, 1) \
             or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in gw) \
-            or 4 * sum(gw) != h["payload_bytes"]:
+            or 4 * sum(gw) + lb != h["payload_bytes"]:
         raise ValueError("inconsistent coder groups")
     if not isinstance(backend.get("device"), str):
         raise ValueError("backend missing")
-    P = _int(h, "payload_bytes")
-    if P % 4:
+    P = _int(h, "payload_bytes") - lb                 # the coders' words (the layout blob follows them)
+    if P < 0 or P % 4:
         raise ValueError("payload is not whole 32-bit words")
     if n > max_tokens(P, A, len(gw)):
         raise ValueError(f"{n:,} tokens cannot be coded in {P:,} bytes of payload")
-    if orig["bytes"] < n:
-        raise ValueError(f"{n:,} tokens cannot decode to {orig['bytes']:,} bytes")
+    if v["coded"]["bytes"] < n:
+        raise ValueError(f"{n:,} tokens cannot decode to {v['coded']['bytes']:,} bytes")
 
 
 def check_model(header: dict, lm) -> None:

@@ -69,6 +69,7 @@ from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
+from .view import plan, rebuild
 from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
 
@@ -167,8 +168,13 @@ def _blas_one_thread():
 
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
              coders: int | None = None, workers: int | None = None, stats: dict | None = None,
-             progress=None, engine: str | None = None, reread: int | None = None) -> bytes:
+             progress=None, engine: str | None = None, reread: int | None = None, reader=None,
+             content: bool = False) -> bytes:
     """data -> a .bmz container (bytes).
+
+    reader (a Reader, a spec string or None): the model codes the reader's view of the file
+    (compress/view.py: its documents when it splits the file exactly, else the bytes as they are);
+    content: an image's pixels, re-encoded losslessly on decompression (view "content").
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
     the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
@@ -180,9 +186,14 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     the lanes use the cores, up to GPU_CODERS on the GPU). workers: CPU threads for the lanes.
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
     the ideal size under the quantised frequencies ('quantised_bits') and the payload's size
-    ('payload_bits')."""
+    ('payload_bits'), the layout blob's size ('layout_bits') and the view ('view': a View)."""
     constriction = _coder()
-    data = bytes(data)
+    raw = bytes(data)
+    if isinstance(reader, str):
+        from ..readers import get_reader
+        reader = get_reader(reader)
+    view = plan(raw, reader, content)
+    data = view.data
     model, tok = lm.model, lm.tokenizer
     device = model.ops.describe()["device"]
     engine = ("cpu" if device == "cpu" else "lockstep") if engine is None else engine
@@ -245,12 +256,15 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         if pool is not None:
             pool.shutdown()
     parts = [e.get_compressed().astype("<u4").tobytes() for e in encs] if n else []
-    payload = b"".join(parts)
+    payload = b"".join(parts) + view.blob
+    original = raw if view.kind != "content" else data
     header = {
         "format": FORMAT, "version": VERSION,
         "checkpoint": checkpoint_identity(lm),
-        "reader": "raw",            # the payload codes the file's bytes exactly as they are
-        "original": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+        "reader": view.reader,      # whose view the model codes (the view says which and how)
+        "view": {"kind": view.kind, "coder": view.coder, "layout_bytes": len(view.blob), "why": view.why,
+                 "format": view.format, "coded": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
+        "original": {"bytes": len(original), "sha256": hashlib.sha256(original).hexdigest()},
         "layout": {"tokens": n, "streams": S, "window": W, "lane": ln, "reread": rr, "engine": engine,
                    "order": "step-major, streams in order"},
         "coder": {"name": "constriction.stream.queue.RangeEncoder", "version": _coder_version(),
@@ -260,7 +274,10 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         "payload_bytes": len(payload),
     }
     if want:
-        stats.update(acc, payload_bits=8 * len(payload), tokens=n, bytes=len(data), streams=S)
+        stats.update(acc, payload_bits=8 * (len(payload) - len(view.blob)), layout_bits=8 * len(view.blob),
+                     tokens=n, bytes=len(raw), coded_bytes=len(data), streams=S)
+    if stats is not None:
+        stats["view"] = view
     return _pack(header, payload)
 
 
@@ -287,8 +304,10 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     lengths = split(n, S)
     starts = _starts(lengths)
     ids = np.zeros(n, dtype=np.int64)
-    words = np.frombuffer(payload, dtype="<u4").astype(np.uint32)
     counts = header["coder"]["group_words"]
+    nw = 4 * sum(counts)
+    words = np.frombuffer(payload[:nw], dtype="<u4").astype(np.uint32)
+    blob = payload[nw:]
     groups = _groups(S, len(counts)) if n else []
     offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     decs = [constriction.stream.queue.RangeDecoder(words[offs[g]:offs[g + 1]]) for g in range(len(groups))]
@@ -323,12 +342,25 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
         if pool is not None:
             pool.shutdown()
     data = lm.tokenizer.decode(ids) if n else b""
-    orig = header["original"]
-    if len(data) != orig["bytes"] or hashlib.sha256(data).hexdigest() != orig["sha256"]:
+    view = header["view"]
+    coded = view["coded"]
+    if len(data) != coded["bytes"] or hashlib.sha256(data).hexdigest() != coded["sha256"]:
         here = backend_info(lm.model)
         diff = {k: (header["backend"].get(k), here.get(k)) for k in set(header["backend"]) | set(here)
                 if header["backend"].get(k) != here.get(k)}
         why = ("; it was compressed on another backend: " + ", ".join(f"{k} {a} here {b}" for k, (a, b) in sorted(diff.items()))
                if diff else "")
         raise CompressError(f"decompressed data does not match the original's checksum{why}")
-    return data
+    orig = header["original"]
+    if view["kind"] == "split":
+        from ..readers import get_reader
+        try:
+            reader = get_reader(header["reader"])
+        except ConfigError as e:
+            raise CompressError(f"the file needs the reader {header['reader']!r}: {e}") from None
+    else:
+        reader = None
+    out = rebuild(view, reader, data, blob, orig["bytes"])
+    if view["kind"] != "content" and (len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]):
+        raise CompressError("the file's layout does not rebuild the original (the result does not match the original's checksum)")
+    return out

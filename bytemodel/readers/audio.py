@@ -15,10 +15,17 @@ into documents of that length; the last one may be shorter).
 ``write`` turns any byte string into a playable 16-bit PCM mono WAV at ``rate`` (FLAC when the
 path ends in .flac); with pcm16 an odd trailing byte is dropped. Mu-law decode then encode gives
 back the same bytes, so read -> write -> read is exact.
+
+``split`` (the compressor's view): with ``encoding=pcm16``, a mono 16-bit PCM WAV or AIFF file at
+the reader's rate splits exactly into its samples as documents (little-endian, as ``read`` gives
+them; an AIFF's big-endian samples are swapped) and a layout of the bytes before and after them.
+Anything else (mu-law, another rate or channel count, other sample formats) is no exact split:
+the reader's view drops information there.
 """
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +34,7 @@ import numpy as np
 from ..atomic import write_atomic
 from ..errors import SourceError
 from .base import Reader, choice, need
+from .packing import Packer, Unpacker
 
 DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
 MAX_UPSAMPLE = 32    # a file decodes to at most this many samples per sample it holds: memory
@@ -156,8 +164,97 @@ class AudioReader(Reader):
         for i in range(0, len(samples), step):
             yield self.encode(samples[i:i + step])
 
+    def split(self, raw: bytes):
+        """A mono pcm16 WAV/AIFF at this reader's rate -> (sample documents, layout); else None."""
+        raw = bytes(raw)
+        if self.encoding != "pcm16":
+            return None
+        found = _pcm16_wav(raw) or _pcm16_aiff(raw)
+        if found is None:
+            return None
+        start, end, rate, big = found
+        if rate != self.rate:
+            return None
+        end = start + (end - start) // 2 * 2
+        body = raw[start:end]
+        if big:
+            body = np.frombuffer(body, ">i2").astype("<i2").tobytes()
+        clip = self.options.get("clip")
+        step = 2 * (max(1, int(round(clip * self.rate))) if clip else max(len(body) // 2, 1))
+        docs = [body[i:i + step] for i in range(0, len(body), step)]
+        p = Packer()
+        p.int(int(big))
+        p.bytes(raw[:start])
+        p.bytes(raw[end:])
+        return docs, p.done()
+
+    def join(self, documents, layout: bytes, limit: int | None = None) -> bytes:
+        u = Unpacker(layout)
+        big, head, tail = u.int(), u.bytes(), u.bytes()
+        u.end()
+        body = b"".join(documents)
+        if big > 1 or len(body) % 2:
+            raise ValueError("the audio layout does not fit its samples")
+        if limit is not None and len(head) + len(body) + len(tail) > limit:
+            raise ValueError("the layout describes a file larger than the original")
+        if big:
+            body = np.frombuffer(body, "<i2").astype(">i2").tobytes()
+        return head + body + tail
+
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         sf = need("soundfile", "soundfile", self.name)
         samples = self.decode(data)
         fmt = "FLAC" if Path(path).suffix.lower() == ".flac" else "WAV"
         return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"), error=SourceError)
+
+
+def _pcm16_wav(raw: bytes):
+    """(first sample byte, end, rate, False) of a mono 16-bit PCM WAV's data chunk, else None."""
+    if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
+        return None
+    i, fmt = 12, None
+    while i + 8 <= len(raw):
+        cid, size = raw[i:i + 4], struct.unpack("<I", raw[i + 4:i + 8])[0]
+        body = i + 8
+        if cid == b"fmt " and size >= 16 and body + 16 <= len(raw):
+            tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", raw[body:body + 16])
+            if tag == 0xFFFE and size >= 40 and body + 40 <= len(raw):
+                tag = struct.unpack("<H", raw[body + 24:body + 26])[0]   # the extensible format's subformat
+            fmt = (tag, ch, rate, bits)
+        elif cid == b"data":
+            if fmt is None or fmt[0] != 1 or fmt[1] != 1 or fmt[3] != 16:
+                return None
+            return body, min(body + size, len(raw)), fmt[2], False
+        i = body + size + (size & 1)
+    return None
+
+
+def _extended(b: bytes) -> float:
+    """An AIFF 80-bit IEEE extended float -> float."""
+    exp, mant = struct.unpack(">HQ", b)
+    sign = -1.0 if exp & 0x8000 else 1.0
+    exp &= 0x7FFF
+    return 0.0 if exp == 0 and mant == 0 else sign * mant * 2.0 ** (exp - 16383 - 63)
+
+
+def _pcm16_aiff(raw: bytes):
+    """(first sample byte, end, rate, True) of a mono 16-bit AIFF's sound data, else None."""
+    if raw[:4] != b"FORM" or raw[8:12] != b"AIFF":
+        return None
+    i, comm = 12, None
+    while i + 8 <= len(raw):
+        cid, size = raw[i:i + 4], struct.unpack(">I", raw[i + 4:i + 8])[0]
+        body = i + 8
+        if cid == b"COMM" and size >= 18 and body + 18 <= len(raw):
+            ch, frames, bits = struct.unpack(">HIH", raw[body:body + 8])
+            rate = _extended(raw[body + 8:body + 18])
+            comm = (ch, frames, bits, rate)
+        elif cid == b"SSND" and body + 8 <= len(raw):
+            if comm is None or comm[0] != 1 or comm[2] != 16 or comm[3] != int(comm[3]):
+                return None
+            offset = struct.unpack(">I", raw[body:body + 4])[0]
+            start = body + 8 + offset
+            end = min(start + 2 * comm[1], body + size, len(raw))
+            return (start, end, int(comm[3]), True) if start <= end else None
+        i = body + size + (size & 1)
+    return None

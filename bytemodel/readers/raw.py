@@ -13,7 +13,7 @@ from typing import Iterator
 
 from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import CHUNK, Reader, mark_last, open_binary
+from .base import CHUNK, Reader, identity_join, mark_last, open_binary
 from .compressed import pieces
 
 
@@ -33,6 +33,13 @@ class RawReader(Reader):
     def stream(self, path: str | os.PathLike, chunk_size: int = CHUNK) -> Iterator[tuple[bytes, bool]]:
         with open_binary(path) as f:
             yield from mark_last(pieces(f, path, chunk_size))
+
+    def split(self, raw: bytes):
+        """The identity: one document, the bytes; an empty layout."""
+        return [bytes(raw)], b""
+
+    def join(self, documents, layout: bytes, limit: int | None = None) -> bytes:
+        return identity_join(documents, layout, limit)
 
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         return write_atomic(path, lambda f: f.write(data), error=SourceError)

@@ -27,8 +27,8 @@ from typing import Iterator
 
 from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import CHUNK, Reader, mark_last
-from .compressed import COMPRESSED_SUFFIXES, open_compressed_write, open_decompressed, pieces
+from .base import CHUNK, Reader, identity_join, mark_last
+from .compressed import COMPRESSED_SUFFIXES, compression_of, open_compressed_write, open_decompressed, pieces
 
 _PLAIN = (".txt", ".text", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".ndjson",
           ".xml", ".html", ".htm", ".tex", ".log", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".srt",
@@ -145,6 +145,17 @@ class TextReader(Reader):
                 doc.append(line)
         if doc:
             yield b"".join(doc)
+
+    def split(self, raw: bytes):
+        """The identity (one document, the bytes) for plain UTF-8 text read as one document; None
+        for compressed text, another encoding or ``sep`` (their documents are not the bytes)."""
+        raw = bytes(raw)
+        if self.options or compression_of(raw[:6]):
+            return None
+        return [raw], b""
+
+    def join(self, documents, layout: bytes, limit: int | None = None) -> bytes:
+        return identity_join(documents, layout, limit)
 
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         text = bytes(data).decode("utf-8", errors="replace").encode("utf-8")
