@@ -289,6 +289,9 @@ def score(
     raw: bool = typer.Option(False, "--raw", help="Score the file's bytes as they are, not decoded by the run's reader."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
+    adapt: bool = typer.Option(False, "--adapt", help="Score as `compress --adapt` codes: the documents joined, "
+                               "in its streams, the model learning as it goes (CPU only)."),
+    preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 
@@ -296,15 +299,32 @@ def score(
     trained), each document scored from its start; --raw scores the bytes as they are.
     Example: bytemodel score held_out.fa
     """
-    from .. import load
     from ..readers import read_documents
     with user_errors():
         need_stdout()
-        lm = load(checkpoint, device=device, last=last)
+        from .compress import _model_and_adapt
+        if last and preset:
+            raise ConfigError("--last names a run's weights; --preset starts a fresh model")
+        if last:
+            from .. import load
+            lm, settings = load(checkpoint, device=device, last=True), None
+            if adapt:
+                from ..compress.adapt import refuse_device, settings as adapt_settings
+                refuse_device(lm.model)
+                settings = adapt_settings(lm)
+        else:
+            lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
         docs = read_documents(file, "raw" if raw else (run_reader or None))
         bits = n = 0
-        for doc in docs:
+        if settings is not None:
+            from ..compress.driver import compress as api_compress
+            joined = b"".join(docs)
+            stats: dict = {}
+            if joined:
+                api_compress(lm, joined, adapt=settings, stats=stats)
+            bits, n = stats.get("model_bits", 0.0), len(joined)
+        for doc in docs if settings is None else ():
             if doc:
                 r = lm.score(doc)
                 bits += r["bits"]

@@ -18,6 +18,28 @@ def _run_reader(lm) -> str:
     return str(lm.train_state.get("config", {}).get("reader", "") or "")
 
 
+def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer):
+    """The model to code with and the adaptation settings (None without --adapt)."""
+    from .. import load
+    from ..compress.adapt import Fresh, refuse_device, settings
+    if not adapt and (preset or lr is not None or segment is not None or optimizer is not None):
+        raise ConfigError("--preset and --adapt-* need --adapt")
+    if preset and checkpoint is not None:
+        raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
+    if adapt and device != "cpu":
+        raise ConfigError(f"--adapt runs on the CPU only: the {device} backward is not deterministic yet, so a "
+                          f"decoder could not repeat the encoder's updates")
+    lm = Fresh(preset, device) if preset else load(checkpoint, device=device, precision=precision)
+    if not adapt:
+        return lm, None
+    refuse_device(lm.model)
+    return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer)
+
+
+def _adapt_words(a) -> str:
+    return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens from {a.start.replace(':', ' ')}"
+
+
 def _file_reader(lm, file: Path):
     """The reader whose view the model codes: the run's (as it trained), else the file's detected one."""
     from ..readers import detect, get_reader
@@ -47,6 +69,15 @@ def compress(
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
     content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
                                  "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),
+    adapt: bool = typer.Option(False, "--adapt", help="Learn the file while coding it (an optimizer step after "
+                               "every segment, repeated by the decoder; CPU only)."),
+    preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: start from a seeded fresh "
+                               "model of this preset (tiny, small): no training needed."),
+    adapt_lr: Optional[float] = typer.Option(None, "--adapt-lr", help="Learning rate of --adapt (default: 3e-4 "
+                                             "from a checkpoint, 2e-3 from a fresh model)."),
+    adapt_segment: Optional[int] = typer.Option(None, "--adapt-segment", help="Tokens per stream between two "
+                                                "updates (default 16)."),
+    adapt_optimizer: Optional[str] = typer.Option(None, "--adapt-optimizer", help="adamw (default) or sgd."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):
@@ -60,24 +91,26 @@ def compress(
     that computed the probabilities, and the original's length and SHA-256; decompress it with the
     same checkpoint on the same kind of device.
     Example: bytemodel compress genome.fa -c runs/genome-1   (writes genome.fa.bmz)
+    Example: bytemodel compress book.txt --adapt --preset tiny   (no checkpoint: learns as it codes)
     """
-    from .. import load
     from ..atomic import write_atomic
     from ..compress.driver import compress as api_compress
     with user_errors():
         target = out or file.with_name(file.name + SUFFIX)
         _check_out(target, force)
         data = regular_file(file, "input").read_bytes()
-        lm = load(checkpoint, device=device, precision=precision)
+        lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, adapt_lr, adapt_segment,
+                                        adapt_optimizer)
         stats: dict = {}
         blob = api_compress(lm, data, streams=streams, window=window, reread=reread, workers=workers or None,
-                            stats=stats, reader=_file_reader(lm, file), content=content)
+                            stats=stats, reader=_file_reader(lm, file), content=content, adapt=settings)
         write_atomic(target, blob)
         if not quiet:
             n = max(len(data), 1)
             typer.echo(f"{file}: {len(data):,} -> {len(blob):,} bytes ({8 * len(blob) / n:.4f} bits/byte; "
                        f"model cross-entropy {stats.get('model_bits', 0) / n:.4f}, {stats.get('streams', 0)} "
-                       f"streams; {stats['view'].describe()}) -> {target}", err=True)
+                       f"streams; {stats['view'].describe()}"
+                       f"{'; adapting, ' + _adapt_words(settings) if settings else ''}) -> {target}", err=True)
 
 
 def decompress(
@@ -108,10 +141,15 @@ def decompress(
         blob = regular_file(file, "input").read_bytes()
         header, _ = read(blob)
         backend = header["backend"]
-        if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
-            from ..compress.container import find_run
-            checkpoint = find_run(header)
-        lm = load(checkpoint, device=device or backend["device"], precision=backend.get("precision", "fp32"))
+        start = (header.get("adapt") or {}).get("start", "checkpoint")
+        if start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
+            from ..compress.adapt import Fresh
+            lm = Fresh(start.split(":", 1)[1], device or backend["device"])
+        else:
+            if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
+                from ..compress.container import find_run
+                checkpoint = find_run(header)
+            lm = load(checkpoint, device=device or backend["device"], precision=backend.get("precision", "fp32"))
         data = api_decompress(lm, blob, workers=workers or None)
         write_atomic(out, data)
 
@@ -121,6 +159,8 @@ def eval_files(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+    adapt: bool = typer.Option(False, "--adapt", help="The model's bits as `compress --adapt` codes each file."),
+    preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
 ):
     """Bits per byte of the model on each file next to gzip -9, bzip2 -9, xz -9e and zstd -19.
 
@@ -128,14 +168,15 @@ def eval_files(
     file's bases, an image's pixels), as the reader decodes it; then the totals.
     Example: bytemodel eval held_out.fa other.fa -c runs/genome-1
     """
-    from .. import load
     from ..compress.evaluate import evaluate, table
     with user_errors():
         for f in files:
             regular_file(f, "input")
-        lm = load(checkpoint, device=device)
-        res = evaluate(lm, files, _run_reader(lm))
-        res["checkpoint"] = str(lm.path)
+        lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)
+        res = evaluate(lm, files, _run_reader(lm), adapt=settings)
+        res["checkpoint"] = str(lm.path) if lm.path is not None else f"fresh {preset} (seed 0)"
+        if settings is not None:
+            res["adapt"] = settings.header()
         typer.echo(json.dumps(res, indent=1) if as_json else table(res))
 
 

@@ -221,6 +221,11 @@ def _validate(h: dict, version: int = VERSION) -> None:
             or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in gw) \
             or 4 * sum(gw) + lb != h["payload_bytes"]:
         raise ValueError("inconsistent coder groups")
+    if h.get("adapt") is not None:
+        from .adapt import Adapt
+        Adapt.from_header(h["adapt"])
+        if lay["engine"] != "cpu":
+            raise ValueError("adaptation codes with the cpu engine")
     if not isinstance(backend.get("device"), str):
         raise ValueError("backend missing")
     P = _int(h, "payload_bytes") - lb                 # the coders' words (the layout blob follows them)

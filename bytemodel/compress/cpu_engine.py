@@ -162,6 +162,11 @@ class CpuLockstep:
         self._inv_c = f32(1.0 / C)
         self.fallbacks = 0    # attention rows recomputed with their own maximum (see _TINY)
 
+    def refold(self, folded: Folded, weights) -> None:
+        """Compute the next tokens with new weights (adaptation); the cached keys and values stay
+        as the old weights computed them."""
+        self.f, self.weights = folded, weights
+
     def push(self, ids):
         """ids (B,) ints -> logits (B, V) float32 (this object's buffer: read it before the next push)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)

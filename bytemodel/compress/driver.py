@@ -69,13 +69,15 @@ from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
+from .adapt import Adapt, Adapter, check_start, refuse_device
 from .view import plan, rebuild
-from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, default_lane, default_streams,
+from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams, default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
 
 
 def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int | None = None,
-           want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0) -> None:
+           want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0,
+           adapt: Adapt | None = None) -> None:
     """Advance every stream through the model, one token per stream per step.
 
     engine "lockstep": lockstep.Lockstep on any backend (`reread` 0 slides, else window/2), frequencies by
@@ -86,6 +88,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     logp) gets the S' = active streams (the first S', those with more than t tokens), their
     frequencies (S', A) (integers, as float32) and, if want_logp, the full model's log-probabilities (S', V)
     float64 (else None), and returns their tokens (S',). Inactive streams are fed token 0.
+    adapt (the cpu engine only): after every segment, one optimizer step on what was coded
+    (compress/adapt.py); the model's weights change in place.
     """
     model, tok = lm.model, lm.tokenizer
     S = len(lengths)
@@ -107,6 +111,11 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     else:
         steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights, slide=reread == 0)
                     for i, (a, b) in enumerate(bounds)]
+    adapter = None
+    if adapt is not None:
+        if engine != "cpu":
+            raise ConfigError("--adapt codes with the cpu engine")
+        adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
@@ -126,6 +135,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
     limiter = _blas_one_thread() if cpu else None
+    start = model.params.copy() if adapter is not None else None    # adaptation leaves the model as it found it
     try:
         if limiter is not None:
             limiter.__enter__()
@@ -140,13 +150,36 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
             feed[:active] = got
             feed[active:] = 0
+            if adapter is not None:
+                adapter.record(t, active, got)
+                if adapter.due(t):
+                    adapter.update(t, lambda fn: _on_workers(pool, mine, fn))
+                    weights = model.weights()
+                    folded = Folded(model, weights)
+                    for st in steppers:
+                        st.refold(folded, weights)
             if progress is not None:
                 progress(active)
     finally:
+        if start is not None:
+            model.params[...] = start
         if limiter is not None:
             limiter.__exit__(None, None, None)
         if pool is not None:
             pool.shutdown()
+
+
+def _on_workers(pool, mine, fn) -> None:
+    """fn(lane, worker) for every lane, each worker's lanes in turn on its thread."""
+    def work(w):
+        for i in mine[w]:
+            fn(i, w)
+    if pool is None:
+        for w in range(len(mine)):
+            work(w)
+        return
+    for f in [pool.submit(work, w) for w in range(len(mine))]:
+        f.result()
 
 
 def _cores() -> int:
@@ -169,12 +202,14 @@ def _blas_one_thread():
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
              coders: int | None = None, workers: int | None = None, stats: dict | None = None,
              progress=None, engine: str | None = None, reread: int | None = None, reader=None,
-             content: bool = False) -> bytes:
+             content: bool = False, adapt: Adapt | None = None) -> bytes:
     """data -> a .bmz container (bytes).
 
     reader (a Reader, a spec string or None): the model codes the reader's view of the file
     (compress/view.py: its documents when it splits the file exactly, else the bytes as they are);
     content: an image's pixels, re-encoded losslessly on decompression (view "content").
+    adapt (compress/adapt.py, the CPU's cpu engine only): the model learns the file as it codes it
+    (one optimizer step after every segment, repeated by the decoder); its settings go in the header.
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
     the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
@@ -196,6 +231,10 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     data = view.data
     model, tok = lm.model, lm.tokenizer
     device = model.ops.describe()["device"]
+    if adapt is not None:
+        refuse_device(model)
+        if engine not in (None, "cpu"):
+            raise ConfigError("--adapt codes with the cpu engine")
     engine = ("cpu" if device == "cpu" else "lockstep") if engine is None else engine
     if engine not in ENGINES or (engine == "cpu" and device != "cpu"):
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)} ('cpu' only on the CPU), got {engine!r}")
@@ -213,7 +252,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
             check_reread(rr, W)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
-    S = default_streams(n, W, device) if streams is None else int(streams)
+    S = (default_streams(n, W, device) if adapt is None else adapt_streams(n)) if streams is None else int(streams)
     if S < 0 or (n and S < 1):
         raise ConfigError(f"streams must be at least 1, got {S}")
     S = min(S, n)                                  # never an empty stream
@@ -251,7 +290,8 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         return sym
 
     try:
-        _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress, engine=engine, reread=rr)
+        _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress, engine=engine, reread=rr,
+               adapt=adapt)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -271,6 +311,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
                   "model": "Categorical(perfect=False)", "precision_bits": PREC_BITS, "alphabet": tok.doc_id,
                   "group_words": [len(p) // 4 for p in parts]},
         "backend": backend_info(model),
+        "adapt": None if adapt is None else adapt.header(),
         "payload_bytes": len(payload),
     }
     if want:
@@ -294,6 +335,10 @@ def _each(pool, n: int, fn) -> None:
 def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) -> bytes:
     """A .bmz container -> the original bytes, verified against its length and SHA-256."""
     header, payload = read(blob)
+    adapt = None if header.get("adapt") is None else Adapt.from_header(header["adapt"])
+    if adapt is not None:
+        refuse_device(lm.model)
+        check_start(header, lm)
     check_model(header, lm)
     constriction = _coder()
     lay = header["layout"]
@@ -337,7 +382,7 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
         return sym[:active]
 
     try:
-        _drive(lm, lengths, W, ln, decide, workers, progress=progress, engine=engine, reread=rr)
+        _drive(lm, lengths, W, ln, decide, workers, progress=progress, engine=engine, reread=rr, adapt=adapt)
     finally:
         if pool is not None:
             pool.shutdown()

@@ -36,9 +36,16 @@ def compressed_sizes(data: bytes) -> dict:
     return out
 
 
-def _row(name: str, view: str, docs: list[bytes], lm) -> dict:
+def _row(name: str, view: str, docs: list[bytes], lm, adapt=None) -> dict:
     joined = b"".join(docs)
-    bits = sum(lm.score(d)["bits"] for d in docs if d)
+    if adapt is None:
+        bits = sum(lm.score(d)["bits"] for d in docs if d)
+    else:                      # as `compress --adapt` codes them: joined, in its streams, learning
+        from .driver import compress
+        stats: dict = {}
+        if joined:
+            compress(lm, joined, adapt=adapt, stats=stats)
+        bits = stats.get("model_bits", 0.0)
     sizes = compressed_sizes(joined)
     return {"file": name, "view": view, "bytes": len(joined), "model_bits": float(bits),
             "compressed_bytes": sizes}
@@ -48,19 +55,20 @@ def _bpb(bits, n):
     return None if n == 0 or bits is None else bits / n
 
 
-def evaluate(lm, files, reader: str = "") -> dict:
-    """Rows per file (as-is, and the reader's view where it differs) and totals per view."""
+def evaluate(lm, files, reader: str = "", adapt=None) -> dict:
+    """Rows per file (as-is, and the reader's view where it differs) and totals per view.
+    adapt (compress/adapt.Adapt): the model's bits as `compress --adapt` codes each view."""
     from ..readers import read_documents
     rows = []
     for f in files:
         p = Path(f)
         raw = p.read_bytes()
-        rows.append(_row(str(f), "as-is", [raw], lm))
+        rows.append(_row(str(f), "as-is", [raw], lm, adapt))
         docs = list(read_documents(p, reader or None))
         if b"".join(docs) != raw or len(docs) > 1:
             from ..readers import detect, get_reader
             r = get_reader(reader) if reader else detect(p)
-            rows.append(_row(str(f), r.spec, docs, lm))
+            rows.append(_row(str(f), r.spec, docs, lm, adapt))
         else:
             rows[-1]["same_as_reader"] = True
     totals = []

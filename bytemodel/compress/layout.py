@@ -38,6 +38,15 @@ def default_streams(n_tokens: int, window: int, device: str) -> int:
     return int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
 
 
+ADAPT_STREAM = 8192          # --adapt: tokens per stream at least (fewer, longer streams: more updates)
+ADAPT_MAX_STREAMS = 64       # --adapt: at most this many streams (each update is one step over all of them)
+
+
+def adapt_streams(n_tokens: int) -> int:
+    """Streams under --adapt: long streams, so the model takes many steps through the file."""
+    return int(min(ADAPT_MAX_STREAMS, max(1, n_tokens // ADAPT_STREAM))) if n_tokens else 0
+
+
 def default_lane(streams: int, device: str, cores: int = 1) -> int:
     """Streams per lane. On the CPU at least one lane per core, of at most CPU_MAX_LANE streams;
     on a device one lane holds them all. The lane goes into the header, so a machine with another

@@ -1,0 +1,197 @@
+"""Adapting while coding (dynamic evaluation): the model learns the file as it codes it.
+
+    settings = Adapt(segment=16, lr=1e-3)         # into the container, whole
+    ad = Adapter(model, replicas, bounds, lengths, settings, doc_id)
+    ad.record(t, active, tokens)                  # after each step: what was just coded
+    if ad.due(t): ad.update(run)                  # after each segment: one optimizer step
+
+The streams advance together as without adaptation. After every `segment` steps (while tokens
+remain), both sides take one optimizer step on the tokens just coded in every stream, starting
+from the run's weights (or a seeded fresh model: `fresh`), so the encoder and the decoder hold the
+same weights at every token. A training sequence per stream is its last `segment` tokens (the
+targets) after `lookback` tokens of context (inputs only) and the token before the segment
+(<doc> at a stream's start); a stream that has ended counts for nothing (mask 0). The objective is
+the mean next-token loss over every counted target of every stream.
+
+Determinism (bit-identical across thread counts and processes): the partition of every reduction
+is fixed by the stream layout, never by the thread count. Each lane (a fixed, contiguous group of
+streams, in the header) computes its gradient alone (forward and backward on its own replica,
+BLAS held to one thread by the driver), into its own buffer; the lanes' buffers are added in lane
+order; then one AdamW (or SGD) step over the flat buffer (ops.adamw_step, element-wise; the global
+norm for clipping in float64). Threads only decide where a lane runs. The cached keys and values
+of the tokens in the window stay as the previous weights computed them (both sides alike); the
+next tokens use the new weights (cpu_engine.CpuLockstep.refold).
+
+GPU: refused until the GPU backward is deterministic (its reductions use atomics, whose order
+changes from run to run).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import CompressError, ConfigError
+
+OPTIMIZERS = ("adamw", "sgd")
+FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
+
+
+@dataclass(frozen=True)
+class Adapt:
+    """The settings of adaptation (all in the container). Defaults: see DEFAULTS and fresh_defaults."""
+    segment: int = 16           # steps (tokens per stream) between two updates
+    lr: float = 3e-4            # a trained model: small steps keep what it knows
+    optimizer: str = "adamw"
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0   # no decay: the run's weights are the prior, not zero
+    clip: float = 1.0           # global gradient norm
+    lookback: int = 16          # context tokens before each segment in a training sequence (not targets)
+    start: str = "checkpoint"   # or "preset:NAME" (a fresh model of that preset, seed FRESH_SEED)
+
+    def __post_init__(self):
+        check(self)
+
+    def header(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_header(cls, d) -> "Adapt":
+        if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
+            raise ValueError("unknown adaptation settings")
+        try:
+            return cls(**d)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+
+
+def check(a: Adapt) -> None:
+    def num(v, lo=0.0, hi=math.inf, name=""):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or not math.isfinite(v):
+            raise ConfigError(f"adapt {name} must be a number in [{lo}, {hi}], got {v!r}")
+    for name in ("segment", "lookback"):
+        v = getattr(a, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "segment" else 0) or v > 4096:
+            raise ConfigError(f"adapt {name} must be an integer in [{1 if name == 'segment' else 0}, 4096], got {v!r}")
+    num(a.lr, 0.0, 1.0, "lr")
+    num(a.beta1, 0.0, 0.9999, "beta1")
+    num(a.beta2, 0.0, 0.99999, "beta2")
+    num(a.eps, 0.0, 1.0, "eps")
+    num(a.weight_decay, 0.0, 1.0, "weight_decay")
+    num(a.clip, 0.0, 1e6, "clip")
+    if a.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"adapt optimizer must be one of {', '.join(OPTIMIZERS)}, got {a.optimizer!r}")
+    if not isinstance(a.start, str) or not (a.start == "checkpoint" or a.start.startswith("preset:")):
+        raise ConfigError(f"adapt start must be 'checkpoint' or 'preset:NAME', got {a.start!r}")
+
+
+def settings(lm, segment=None, lr=None, optimizer=None, lookback=None) -> Adapt:
+    """The settings for a model: a fresh one (lm.fresh_preset set) learns fast, a trained one gently."""
+    fresh = getattr(lm, "fresh_preset", None)
+    base = dict(lr=2e-3, start=f"preset:{fresh}") if fresh else {}
+    given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback).items()
+             if v is not None}
+    return Adapt(**{**base, **given})
+
+
+def refuse_device(model) -> None:
+    """--adapt computes on the CPU only, for now (one line for any other device)."""
+    device = model.ops.describe()["device"]
+    if device != "cpu":
+        raise ConfigError(f"--adapt runs on the CPU only: the {device} backward is not deterministic yet "
+                          f"(its reductions use atomics), so a decoder could not repeat the encoder's updates")
+
+
+class Adapter:
+    """The update that both sides of the coder take after every segment (see the module doc).
+
+    model: the model the steps compute with (its params are updated in place; replicas share
+    them); replicas[w]: worker w's model (own gradients and activations); bounds: the lanes'
+    (first, end) streams; lengths (S,): tokens per stream."""
+
+    def __init__(self, model, replicas, bounds, lengths, a: Adapt, doc_id: int):
+        from ..training.optim import AdamW
+        self.model, self.replicas, self.bounds, self.a = model, replicas, bounds, a
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        S, steps = len(lengths), int(lengths[0]) if len(lengths) else 0
+        self.hist = np.zeros((S, steps + 1), dtype=np.int32)   # column j: the token of step j - 1
+        self.hist[:, 0] = doc_id
+        self.steps = steps
+        self.grads = [np.zeros_like(model.grads) for _ in bounds]      # one buffer per lane: a fixed partition
+        self.opt = AdamW(model, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay) \
+            if a.optimizer == "adamw" else None
+        self.updates = 0
+
+    def record(self, t: int, active: int, tokens) -> None:
+        self.hist[:active, t + 1] = tokens
+
+    def due(self, t: int) -> bool:
+        """After step t: is an update taken (a segment ended and tokens remain)?"""
+        return (t + 1) % self.a.segment == 0 and t + 1 < self.steps
+
+    def _lane(self, i: int, w: int, c0: int, c1: int, first: int, n_total: int) -> None:
+        a, b = self.bounds[i]
+        rep = self.replicas[w]
+        x = np.ascontiguousarray(self.hist[a:b, c0:c1 - 1], dtype=np.int64)       # (lane, T) inputs
+        y = np.ascontiguousarray(self.hist[a:b, c0 + 1:c1], dtype=np.int64)       # (lane, T) targets
+        steps = np.arange(c0, c1 - 1)                                              # the step of each target
+        mask = ((steps[None, :] >= first) & (steps[None, :] < self.lengths[a:b, None])).astype(np.float32)
+        rep.grads[...] = 0
+        rep.forward(x, y, mask)
+        rep.backward(np.full(x.size, 1.0 / n_total, dtype=np.float32))
+        np.copyto(self.grads[i], rep.grads)
+
+    def update(self, t: int, run) -> None:
+        """One optimizer step on the segment that ended at step t. run(fn): call fn(i, w) for every
+        lane i on its worker w (threads or not: the result is the same)."""
+        a = self.a
+        first = t + 1 - a.segment                     # the segment's first step
+        c0, c1 = max(0, first - a.lookback), t + 2    # hist columns: inputs c0..t, targets c0+1..t+1
+        n_total = int(np.clip(self.lengths - first, 0, a.segment).sum())
+        run(lambda i, w: self._lane(i, w, c0, c1, first, n_total))
+        g = self.model.grads
+        g[...] = self.grads[0]
+        for lane in self.grads[1:]:                   # in lane order
+            g += lane
+        ops = self.model.ops
+        norm = ops.global_norm(g)
+        if self.opt is not None:
+            self.opt.step(a.lr, clip=a.clip, norm=norm)
+        else:
+            n = float(norm)
+            if math.isfinite(n):
+                f = min(1.0, a.clip / (n + 1e-6)) if a.clip > 0 else 1.0
+                self.model.params -= np.float32(a.lr * f) * g
+        self.updates += 1
+
+
+class Fresh:
+    """A seeded fresh model of a preset with the byte tokenizer, in the shape the compressor reads
+    from a loaded checkpoint (.model, .tokenizer, .cfg, .path, .train_state): a compressor that
+    needs no training. The same preset and seed give the same weights on every machine."""
+
+    def __init__(self, preset_name: str, device: str = "cpu", seed: int = FRESH_SEED, **overrides):
+        """overrides: model settings changed from the preset's (tests: a smaller model; a file
+        compressed so decodes only with the same overrides, which the container does not hold)."""
+        from ..config import preset
+        from ..model import Model
+        from ..ops import get_backend
+        from ..tokenizer import Tokenizer
+        self.tokenizer = Tokenizer()
+        self.cfg = preset(preset_name, vocab=self.tokenizer.vocab_size, **overrides)
+        self.model = Model(self.cfg, get_backend(device, "fp32", strict=False))
+        self.model.init_weights(seed)
+        self.path, self.train_state, self.fresh_preset = None, {}, preset_name
+
+
+def check_start(header: dict, lm) -> None:
+    """A file that adapted from a fresh model needs that fresh model, and one from a checkpoint that checkpoint."""
+    start = header["adapt"]["start"]
+    mine = f"preset:{lm.fresh_preset}" if getattr(lm, "fresh_preset", None) else "checkpoint"
+    if start != mine:
+        raise CompressError(f"this file adapted from {start.replace(':', ' ')}, not from "
+                            f"{mine.replace(':', ' ')}: decompress it with "
+                            + ("--adapt --preset " + start.split(':', 1)[1] if start != "checkpoint" else "its checkpoint"))

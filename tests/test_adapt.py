@@ -1,0 +1,176 @@
+"""Adapting while coding (compress --adapt): exact round trips, the same bytes across thread
+counts and processes, what adaptation gains, and the refusals (other backend, checkpoint, start,
+settings). A fresh tiny model (no training) and a two-layer run trained for a few steps."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("constriction")
+
+import bytemodel  # noqa: E402
+from bytemodel import compress as bmz  # noqa: E402
+from bytemodel.compress.adapt import Adapt, Fresh, settings  # noqa: E402
+from bytemodel.errors import CompressError, ConfigError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=40, eval_tokens=256, warmup=2,
+            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
+TEXT = (b"To adapt is to learn the file while coding it; the decoder repeats every step. " * 12)[:900]
+SMALL = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64)    # a fresh model small enough for CI
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return Fresh("tiny", **SMALL)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("adapt")
+    src = d / "toy.txt"
+    src.write_bytes(b"ACGTTGCAAGGT" * 400)
+    bytemodel.train(str(src), str(d / "run"), steps=20, lr=3e-3, **FAST)
+    return d / "run"
+
+
+def test_fresh_round_trip_and_what_adapting_gains(fresh):
+    before = fresh.model.params.copy()
+    st_a, st_s = {}, {}
+    a = settings(fresh, segment=8, lr=1e-2)
+    assert a.start == "preset:tiny"
+    blob = bmz.compress(fresh, TEXT, adapt=a, streams=2, stats=st_a)
+    static = bmz.compress(fresh, TEXT, streams=2, stats=st_s)
+    assert np.array_equal(fresh.model.params, before)          # coding leaves the model as it found it
+    assert bmz.decompress(Fresh("tiny", **SMALL), blob) == TEXT  # a second fresh model: the same start
+    h = bmz.read(blob)[0]
+    assert h["adapt"] == a.header() and bmz.read(static)[0]["adapt"] is None
+    # a fresh model codes near 8 bits/byte; learning this repetitive text as it goes must do far better
+    assert st_s["model_bits"] > 7.5 * len(TEXT)
+    assert st_a["model_bits"] < 0.6 * st_s["model_bits"], (st_a["model_bits"], st_s["model_bits"])
+    assert st_a["payload_bits"] <= 1.01 * st_a["model_bits"] + 64      # the coder still codes the model's bits
+
+
+def test_sgd_and_uneven_streams_round_trip(fresh):
+    a = settings(fresh, segment=5, optimizer="sgd", lr=0.05)
+    data = TEXT[:401]                                           # 3 streams of 134, 134, 133: the last step is partial
+    blob = bmz.compress(fresh, data, adapt=a, streams=3, lane=2)
+    assert bmz.decompress(fresh, blob) == data
+    assert bmz.decompress(fresh, bmz.compress(fresh, b"x", adapt=a)) == b"x"
+    assert bmz.decompress(fresh, bmz.compress(fresh, b"", adapt=a)) == b""
+
+
+_CHILD = """
+import sys
+from bytemodel import compress as bmz
+from bytemodel.compress.adapt import Fresh, settings
+lm = Fresh("tiny", d_model=32, n_layers=2, n_heads=2, d_ff=64)
+mode, src, dst, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+data = open(src, 'rb').read()
+out = (bmz.compress(lm, data, adapt=settings(lm, segment=8), streams=4, lane=1, workers=workers) if mode == 'c'
+       else bmz.decompress(lm, data, workers=workers))
+open(dst, 'wb').write(out)
+"""
+
+
+def _child(mode, src, dst, workers, blas):
+    path = os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS=str(blas), OMP_NUM_THREADS=str(blas))
+    r = subprocess.run([sys.executable, "-c", _CHILD, mode, str(src), str(dst), str(workers)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+def test_same_bytes_across_threads_and_processes(fresh, tmp_path):
+    data = TEXT[:600]
+    a = settings(fresh, segment=8)
+    one = bmz.compress(fresh, data, adapt=a, streams=4, lane=1, workers=1)     # 4 lanes on one thread
+    two = bmz.compress(fresh, data, adapt=a, streams=4, lane=1, workers=2)     # the same lanes on two
+    assert one == two
+    src = tmp_path / "in.txt"
+    src.write_bytes(data)
+    _child("c", src, tmp_path / "c.bmz", 2, 2)                  # another process, 2 threads, 2 BLAS threads
+    assert (tmp_path / "c.bmz").read_bytes() == one
+    _child("d", tmp_path / "c.bmz", tmp_path / "back", 1, 1)    # compressed on 2 threads, decompressed on 1
+    assert (tmp_path / "back").read_bytes() == data
+    assert bmz.decompress(fresh, one, workers=2) == data        # compressed on 1, decompressed on 2
+
+
+def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
+    lm = bytemodel.load(run_dir)
+    a = settings(lm, segment=4)
+    assert a.start == "checkpoint" and a.lr == 3e-4
+    data = b"ACGTTGCAAGGT" * 20 + b"a different tail " * 5
+    blob = bmz.compress(lm, data, adapt=a, streams=2)
+    assert bmz.decompress(lm, blob) == data
+    with pytest.raises(CompressError, match="adapted from checkpoint"):
+        bmz.decompress(fresh, blob)                             # a fresh model is not the checkpoint
+    with pytest.raises(CompressError, match="preset tiny"):
+        bmz.decompress(lm, bmz.compress(fresh, data[:100], adapt=settings(fresh)))
+    lie = bmz.read(blob)
+    for edit in (lambda h: h["adapt"].update(segment=0), lambda h: h["adapt"].update(optimizer="lion"),
+                 lambda h: h["adapt"].update(extra=1), lambda h: h["layout"].update(engine="lockstep", reread=16)):
+        h = {**lie[0], "adapt": dict(lie[0]["adapt"]), "layout": dict(lie[0]["layout"])}
+        edit(h)
+        with pytest.raises(CompressError, match="malformed"):
+            bmz.decompress(lm, bmz._pack(h, lie[1]))
+    h = {**lie[0], "adapt": {**lie[0]["adapt"], "lr": 1e-3}}     # other settings: other weights, other symbols
+    with pytest.raises(CompressError):
+        bmz.decompress(lm, bmz._pack(h, lie[1]))
+    with pytest.raises(ConfigError):
+        Adapt(segment=0)
+    with pytest.raises(ConfigError, match="cpu engine"):
+        bmz.compress(lm, data, adapt=a, engine="lockstep")
+
+
+def test_another_backend_is_refused(run_dir):
+    import importlib.util
+    spec = importlib.util.find_spec("bytemodel.ops.numpy_ops")
+    ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ops)
+    ops.describe = lambda: {"device": "cuda", "precision": "fp16"}
+    lm = bytemodel.load(run_dir)
+    blob = bmz.compress(lm, b"ACGT" * 30, adapt=settings(lm))
+    lm.model.ops = ops
+    with pytest.raises(ConfigError, match="CPU only"):
+        bmz.compress(lm, b"ACGT" * 30, adapt=settings(lm))
+    with pytest.raises(ConfigError, match="CPU only"):
+        bmz.decompress(lm, blob)
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    r = CliRunner().invoke(app, [str(x) for x in args])
+    return r.exit_code, r.output
+
+
+def _one_error_line(out):
+    lines = [l for l in out.strip().splitlines() if l.strip()]
+    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
+
+
+def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_bytes(TEXT[:300])
+    code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-segment", 8])
+    assert code == 0 and "adapting, adamw lr 0.002 every 8 tokens from preset tiny" in out, out
+    f.rename(tmp_path / "orig.txt")
+    code, out = _cli(["decompress", tmp_path / "t.txt.bmz"])    # no checkpoint: the header names the preset
+    assert code == 0, out
+    assert f.read_bytes() == TEXT[:300]
+    code, out = _cli(["decompress", tmp_path / "t.txt.bmz", "-c", run_dir, "-o", tmp_path / "w"])
+    assert code != 0 and _one_error_line(out) and not (tmp_path / "w").exists(), out
+    for bad in (["--preset", "tiny"], ["--adapt", "--device", "cuda"], ["--adapt", "--preset", "huge"],
+                ["--adapt", "--preset", "tiny", "-c", run_dir]):
+        code, out = _cli(["compress", tmp_path / "orig.txt", "-o", tmp_path / "x.bmz", *bad])
+        assert code != 0 and _one_error_line(out) and not (tmp_path / "x.bmz").exists(), (bad, out)
+    code, out = _cli(["score", tmp_path / "orig.txt", "--adapt", "--preset", "tiny"])
+    assert code == 0 and "bits/byte" in out, out
+    code, out = _cli(["eval", tmp_path / "orig.txt", "--adapt", "--preset", "tiny", "--json"])
+    assert code == 0 and '"adapt"' in out, out
