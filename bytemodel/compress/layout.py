@@ -38,8 +38,10 @@ def default_streams(n_tokens: int, window: int, device: str) -> int:
     return int(min(cap, max(1, n_tokens // (MIN_STREAM * window)))) if n_tokens else 0
 
 
-ADAPT_STREAM = 8192          # --adapt: tokens per stream at least (fewer, longer streams: more updates)
-ADAPT_MAX_STREAMS = 64       # --adapt: at most this many streams (each update is one step over all of them)
+ADAPT_STREAM = 512           # --adapt: tokens per stream at least
+ADAPT_MAX_STREAMS = 64       # --adapt: at most this many streams: fewer, longer streams take more updates per
+                             # byte (an update is one step over all of them); 64 keeps a step's batch wide
+                             # enough for the CPU (benchmarks/README.md, adapting while coding)
 
 
 def adapt_streams(n_tokens: int) -> int:
