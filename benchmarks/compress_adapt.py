@@ -6,7 +6,7 @@ byte) and reports: the .bmz size (header included), the model's bits on what it 
 layout blob (the bar the coder must meet), the four compressors' sizes on the whole file, and
 KB/s each way (1 KB = 1000 bytes, wall clock; the peers are timed in the same run, in-process).
 Rows are NAME=FILE:MODEL:MODE, MODEL a run directory or fresh-PRESET (no checkpoint), MODE
-static or adapt (the defaults of compress/adapt.settings). The reader is the run's, else the
+static, adapt (the defaults of compress/adapt.settings) or adapt@LR. The reader is the run's, else the
 file's detected one, as the CLI does.
 
     PYTHONPATH=. python benchmarks/compress_adapt.py --json out.json \\
@@ -58,7 +58,7 @@ def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decomp
     raw = open(path, "rb").read()
     spec = str(lm.train_state.get("config", {}).get("reader", "") or "")
     reader = get_reader(spec) if spec else detect(path)
-    a = settings(lm) if mode == "adapt" else None
+    a = settings(lm, lr=float(mode.split("@")[1]) if "@" in mode else None) if mode.startswith("adapt") else None
     st: dict = {}
     load0 = os.getloadavg()[0]
     t = time.perf_counter()
