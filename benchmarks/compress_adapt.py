@@ -6,7 +6,7 @@ byte) and reports: the .bmz size (header included), the model's bits on what it 
 layout blob (the bar the coder must meet), the four compressors' sizes on the whole file, and
 KB/s each way (1 KB = 1000 bytes, wall clock; the peers are timed in the same run, in-process).
 Rows are NAME=FILE:MODEL:MODE, MODEL a run directory or fresh-PRESET (no checkpoint), MODE
-static, adapt (the defaults of compress/adapt.settings) or adapt@LR. The reader is the run's, else the
+static, adapt (the defaults of compress/adapt.settings) or adapt@LR, each with /STREAMS optionally. The reader is the run's, else the
 file's detected one, as the CLI does.
 
     PYTHONPATH=. python benchmarks/compress_adapt.py --json out.json \\
@@ -58,12 +58,13 @@ def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decomp
     raw = open(path, "rb").read()
     spec = str(lm.train_state.get("config", {}).get("reader", "") or "")
     reader = get_reader(spec) if spec else detect(path)
+    mode, _, streams = mode.partition("/")
     a = settings(lm, lr=float(mode.split("@")[1]) if "@" in mode else None) if mode.startswith("adapt") else None
     st: dict = {}
     load0 = os.getloadavg()[0]
     t = time.perf_counter()
     c0 = time.process_time()
-    blob = driver.compress(lm, raw, adapt=a, reader=reader, stats=st, workers=workers)
+    blob = driver.compress(lm, raw, adapt=a, reader=reader, stats=st, workers=workers, streams=int(streams) if streams else None)
     tc, cc = time.perf_counter() - t, time.process_time() - c0
     td = None
     if decompress:
@@ -73,7 +74,7 @@ def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decomp
         assert back == raw, "round trip failed"
     p = peers(raw)
     bar = (st["model_bits"] + st["layout_bits"]) / 8
-    return {"name": name, "file": path, "model": mspec, "mode": mode, "bytes": len(raw), "bmz": len(blob),
+    return {"name": name, "file": path, "model": mspec, "mode": mode + (f"/{streams}" if streams else ""), "bytes": len(raw), "bmz": len(blob),
             "coded_bytes": st["coded_bytes"], "view": st["view"].describe(), "streams": st["streams"],
             "model_plus_layout": bar, "payload_plus_layout": (st["payload_bits"] + st["layout_bits"]) / 8,
             "adapt": None if a is None else a.header(), "compress_kbs": len(raw) / tc / 1000,
