@@ -135,6 +135,9 @@ def read(blob: bytes) -> tuple[dict, bytes]:
         if version < 3 and isinstance(header, dict) and isinstance(header.get("original"), dict):
             header["view"] = {"kind": "as-is", "coder": "none", "layout_bytes": 0, "why": "", "format": "",
                               "coded": header["original"]}         # before version 3: the bytes as they are
+        v = header.get("view") if isinstance(header, dict) else None
+        if isinstance(v, dict) and v.get("kind") != "split":
+            v["coded"] = header.get("original")    # as-is and content: what the model coded IS the original
         _validate(header, version)
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, zlib.error) as e:
         raise CompressError(f"malformed .bmz header ({e})") from None
