@@ -111,15 +111,23 @@ def write(data: bytes, path: Path, fmt: str | None = None) -> Path:
     return p
 
 
+def summary_lines(steps: int, val_bpb: float, c: dict) -> list[str]:
+    """The summary's rows (bits/byte), each column starting at the same place on every row."""
+    rows = [(f"model (tiny, {steps} steps)", "validation", val_bpb, "bits/byte"),
+            ("zstd -19", "whole stream", c["zstd19"], f"tail given head {c['zstd19_tail']:.3f}"),
+            ("xz -9e", "whole stream", c["xz9"], f"tail given head {c['xz9_tail']:.3f}")]
+    w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
+    return [f"  {a:<{w0}}  {b:<{w1}}  {v:6.3f}   {t}" for a, b, v, t in rows]
+
+
 def report(name: str, data_name: str, reader: str, result, seconds: float, stream: bytes, output: Path,
            args) -> dict:
     c = compressor_bpb(stream)
     row = {"example": name, "data": data_name, "reader": reader, "steps": result.step,
            "train_seconds": round(seconds), "model_val_bpb": result.val_bpb, **c, "output": str(output)}
     print(f"\n{name}: {c['bytes']:,} bytes of {data_name} (reader {reader})")
-    print(f"  model (tiny, {result.step} steps)  validation       {result.val_bpb:6.3f} bits/byte")
-    print(f"  zstd -19                    whole stream     {c['zstd19']:6.3f}   tail given head {c['zstd19_tail']:6.3f}")
-    print(f"  xz -9e                      whole stream     {c['xz9']:6.3f}   tail given head {c['xz9_tail']:6.3f}")
+    for line in summary_lines(result.step, result.val_bpb, c):
+        print(line)
     (args.out_dir / "result.json").write_text(json.dumps({**row, "time": time.strftime("%Y-%m-%d %H:%M")},
                                                          indent=1) + "\n")
     return row

@@ -21,6 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import need_stdout, user_errors
+from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Byte-level transformers for any 8-bit stream: train, generate, score, check.")
@@ -70,7 +71,8 @@ def train(
     mtp_design: Optional[str] = typer.Option(None, "--mtp-design", help="sequential (default) or independent heads."),
     tie_embeddings: Optional[bool] = typer.Option(None, "--tie-embeddings/--untie-embeddings",
                                                   help="Share the embedding and LM head."),
-    baseline: bool = typer.Option(True, help="Print zstd -19 / xz -9 bits/byte on the same data at the end."),
+    baseline: bool = typer.Option(True, help="At the end, print zstd -19 and xz -9e bits/byte on the same data: the "
+                                  "held-out tail (given the rest first) and the whole stream."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Train a byte-level model on any file or directory.
@@ -162,7 +164,7 @@ def _read_prompt(prompt: str) -> bytes:
 def generate(
     n_bytes: int = typer.Option(4096, "--bytes", "-n", help="How many bytes to produce."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c",
-                                              help="Checkpoint file or run directory (default: latest run)."),
+                                              help="A run directory (its best weights; --last for the latest) or a checkpoint file (default: the latest run under ./runs)."),
     prompt: str = typer.Option("", "--prompt", "-p", help="Text to continue, or @FILE for raw bytes."),
     prompt_file: Optional[Path] = typer.Option(None, "--prompt-file",
                                                help="A file of the run's kind (image, audio, FASTA...) decoded "
@@ -285,7 +287,7 @@ def _write(data: bytes, out: Path, fmt: str, run_reader: str) -> None:
 @app.command()
 def score(
     file: Path = typer.Argument(..., help="File (or directory) whose content to score."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="A run directory (its best weights; --last for the latest) or a checkpoint file (default: the latest run under ./runs)."),
     raw: bool = typer.Option(False, "--raw", help="Score the file's bytes as they are, not decoded by the run's reader."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
@@ -390,8 +392,9 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
             se = f" ± {t['val_se']:.4f}" if t.get("val_se") is not None else ""
             loop = t.get("loop") if isinstance(t.get("loop"), dict) else {}   # older runs: the settings' steps
             planned = loop.get("planned_steps", t.get("config", {}).get("steps"))
-            typer.echo(f"trained: step {t.get('step')} of {planned} ({kind}), "
-                       f"validation {t.get('val_bpb')}{se} bits/byte")
+            val = t.get("val_bpb")
+            val = f"{val:.4f}" if isinstance(val, (int, float)) and not isinstance(val, bool) else "none yet"
+            typer.echo(f"trained: step {t.get('step')} of {planned} ({kind}), validation {val}{se} bits/byte")
 
 
 # sub-commands that live in their own modules beside this one
@@ -402,6 +405,7 @@ hf_cmd.register(app)
 compress_cmd.register(app)
 finetune_cmd.register(app)
 plot_cmd.register(app)
+tidy_help(app)
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ def _check_out(out: Path, force: bool) -> None:
 
 def compress(
     file: Path = typer.Argument(..., help="The file to compress (decompression gives its exact bytes back)."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="A run directory (its best weights) or a checkpoint file (default: the latest run under ./runs)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz)."),
     streams: Optional[int] = typer.Option(None, "--streams",
                                           help="Streams coded side by side (default: from the size and device)."),
@@ -156,7 +156,7 @@ def decompress(
 
 def eval_files(
     files: List[Path] = typer.Argument(..., help="Files to measure."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="(default: latest run)"),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="A run directory (its best weights) or a checkpoint file (default: the latest run under ./runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     adapt: bool = typer.Option(False, "--adapt", help="The model's bits as `compress --adapt` codes each file."),
