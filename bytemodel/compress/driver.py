@@ -199,6 +199,26 @@ def _blas_one_thread():
 # ---------------------------------------------------------------------------------------------
 # the two directions
 
+def _engine_window(device: str, ctx: int, engine: str | None, window: int | None, reread: int | None):
+    """The engine, window and re-read policy a compression uses: the device's defaults where not told,
+    checked against the model's context -> (engine, window, reread)."""
+    engine = ("cpu" if device == "cpu" else "lockstep") if engine is None else engine
+    if engine not in ENGINES or (engine == "cpu" and device != "cpu"):
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)} ('cpu' only on the CPU), got {engine!r}")
+    W = (min(CPU_WINDOW, ctx) if engine == "cpu" else default_window(ctx, device)) if window is None else int(window)
+    check_window(W, ctx)
+    if engine == "lockstep":
+        rr = (keep(W) if device == "cpu" else LOCKSTEP_REREAD) if reread is None else int(reread)
+        if rr not in (0, keep(W)):
+            raise ConfigError(f"the lockstep engine slides (re-read 0) or re-reads window/2 = {keep(W)} tokens, "
+                              f"not {reread}")
+    else:
+        rr = 0 if reread is None else int(reread)
+        if rr:
+            check_reread(rr, W)
+    return engine, W, rr
+
+
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
              coders: int | None = None, workers: int | None = None, stats: dict | None = None,
              progress=None, engine: str | None = None, reread: int | None = None, reader=None,
@@ -235,21 +255,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
         refuse_device(model)
         if engine not in (None, "cpu"):
             raise ConfigError("--adapt codes with the cpu engine")
-    engine = ("cpu" if device == "cpu" else "lockstep") if engine is None else engine
-    if engine not in ENGINES or (engine == "cpu" and device != "cpu"):
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)} ('cpu' only on the CPU), got {engine!r}")
-    ctx = model.cfg.context
-    W = (min(CPU_WINDOW, ctx) if engine == "cpu" else default_window(ctx, device)) if window is None else int(window)
-    check_window(W, ctx)
-    if engine == "lockstep":
-        rr = (keep(W) if device == "cpu" else LOCKSTEP_REREAD) if reread is None else int(reread)
-        if rr not in (0, keep(W)):
-            raise ConfigError(f"the lockstep engine slides (re-read 0) or re-reads window/2 = {keep(W)} tokens, "
-                              f"not {reread}")
-    else:
-        rr = 0 if reread is None else int(reread)
-        if rr:
-            check_reread(rr, W)
+    engine, W, rr = _engine_window(device, model.cfg.context, engine, window, reread)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
     S = (default_streams(n, W, device) if adapt is None else adapt_streams(n)) if streams is None else int(streams)
