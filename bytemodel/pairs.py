@@ -230,6 +230,8 @@ class ExampleCorpus:
         held = self.spans[self.n_train:]
         sizes = held[:, 1] - held[:, 0]
         keep = len(held)
+        if max_tokens <= 0:           # 0: every held-out target, as the plain corpus's eval_windows
+            max_tokens = int(sizes.sum())
         if sizes.sum() > max_tokens:  # evenly spread examples whose tokens fit the budget
             keep = max(1, int(len(held) * max_tokens / sizes.sum()))
         picks = np.linspace(0, len(held) - 1, keep).round().astype(int) if keep < len(held) else range(len(held))

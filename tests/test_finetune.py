@@ -189,6 +189,16 @@ def test_eval_windows_score_every_counted_held_out_target_once(T):
         assert s <= a and (y[m == 1] - a >= np.minimum(T // 2, y[m == 1] - s)).all()
 
 
+
+def test_eval_windows_budget_zero_means_every_held_out_target():
+    """eval_tokens 0 (a GPU's default: the whole held-out part) scores every counted target, as the
+    plain corpus does, not one example cut to one token."""
+    c = _unique_corpus(seed=1)
+    every = sorted(np.concatenate([y[m == 1] for _, y, m in c.eval_windows(8, 10**9)]).tolist())
+    zero = sorted(np.concatenate([y[m == 1] for _, y, m in c.eval_windows(8, 0)]).tolist())
+    assert zero == every and len(every) > 1
+
+
 # ------------------------------------------------------------------------------------- runs
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory):
