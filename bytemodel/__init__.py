@@ -77,8 +77,14 @@ class LanguageModel:
 
     def score(self, data: bytes) -> dict:
         """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document."""
-        from .decode.generate import score
+        from .decode.score import score
         return score(self.model, self.tokenizer, data)
+
+    def score_documents(self, docs) -> dict:
+        """The same summed over documents (an iterable of bytes, each scored from its start, all
+        in shared batches), plus 'documents': how many were not empty."""
+        from .decode.score import score_documents
+        return score_documents(self.model, self.tokenizer, docs)
 
     def compress(self, data: bytes, **options) -> bytes:
         """data -> a .bmz container: range coded under this model (options: see bytemodel.compress.driver)."""

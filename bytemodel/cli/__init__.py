@@ -317,20 +317,19 @@ def score(
         else:
             lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)
         run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
-        docs = read_documents(file, "raw" if raw else (run_reader or None))
-        bits = n = 0
+        view = "raw" if raw else (run_reader or None)
         if settings is not None:
             from ..compress.driver import compress as api_compress
-            joined = b"".join(docs)
+            joined = b"".join(read_documents(file, view))
             stats: dict = {}
             if joined:
                 api_compress(lm, joined, adapt=settings, stats=stats)
             bits, n = stats.get("model_bits", 0.0), len(joined)
-        for doc in docs if settings is None else ():
-            if doc:
-                r = lm.score(doc)
-                bits += r["bits"]
-                n += r["bytes"]
+        else:               # documents streamed in pieces, windows scored in shared batches
+            from ..decode.score import score_stream
+            from ..readers import stream_documents
+            r = score_stream(lm.model, lm.tokenizer, stream_documents(file, view))
+            bits, n = r["bits"], r["bytes"]
         if n == 0:
             raise ConfigError(f"{file} holds no data to score")
         typer.echo(f"{file}: {bits / n:.4f} bits/byte ({bits:.0f} bits for {n:,} bytes)")

@@ -7,8 +7,8 @@ Each file is measured twice where the two differ:
 - the run's reader's view: the documents the run's reader decodes from the file (a FASTA file's
   bases without headers and line breaks, an image's pixels), as the model was trained. The model
   scores each document from its start (<doc>); the compressors get the documents joined.
-The model's figure is its cross-entropy (bytemodel.decode.generate.score: windows of its context that
-overlap by half), the size an ideal coder would reach; `bytemodel compress` comes within a few
+The model's figure is its cross-entropy (bytemodel.decode.score: windows of its context that
+overlap by half, batched), the size an ideal coder would reach; `bytemodel compress` comes within a few
 bytes of it plus its header (see benchmarks/README.md). The compressors are run in-process at
 their strongest usual settings: gzip -9 (zlib, no file name in the header), bzip2 -9, xz -9e
 (LZMA2 preset 9 extreme) and zstd -19.
@@ -39,7 +39,7 @@ def compressed_sizes(data: bytes) -> dict:
 def _row(name: str, view: str, docs: list[bytes], lm, adapt=None) -> dict:
     joined = b"".join(docs)
     if adapt is None:
-        bits = sum(lm.score(d)["bits"] for d in docs if d)
+        bits = lm.score_documents(docs)["bits"] if joined else 0.0   # every document in shared batches
     else:                      # as `compress --adapt` codes them: joined, in its streams, learning
         from .driver import compress
         stats: dict = {}

@@ -1,4 +1,4 @@
-"""Generation with a KV cache, and scoring bytes under a model.
+"""Generation with a KV cache (scoring bytes under a model: decode/score.py).
 
 Sampling: logits divided by the temperature, then top-k, then top-p (nucleus), then one draw from a NumPy
 Generator seeded by `seed`: the same seed gives the same bytes. Temperature 0 is greedy.
@@ -20,12 +20,11 @@ import numpy as np
 from ..errors import ConfigError
 from ..sampling import sample_next
 from ..model import Model
-from ..ops.host import log_probs
 from . import window
+from .score import score  # noqa: F401  (scoring lives in decode/score.py; kept importable here)
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
 
-LN2 = math.log(2)
 
 
 def _check_sampling(temperature, top_k, top_p):
@@ -213,30 +212,3 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
         if full:
             pos = prefill([window.reread(h, T) for h in outs.hist])
             t = 0
-
-
-def score(model: Model, tokenizer: Tokenizer, data: bytes) -> dict:
-    """Log-likelihood of `data` as a new document: total bits and bits per byte.
-
-    Long inputs are scored in windows of the model's context that overlap by half, each token
-    scored once, with at least context/2 tokens of history after the first window.
-    """
-    if not data:
-        raise ConfigError("nothing to score: the data is empty")
-    ops, T = model.ops, model.cfg.context
-    V = tokenizer.vocab_size
-    ids = np.concatenate([[tokenizer.doc_id], tokenizer.encode(data)]).astype(np.int64)
-    n = len(ids) - 1  # targets ids[1:]
-    nll = 0.0
-    start, done = 0, 0  # window start; targets before `done` are scored already
-    while done < n:
-        end = min(start + T, n)
-        x, y = ids[start:end], ids[start + 1:end + 1]
-        logits = ops.to_numpy(model.forward_cached(ops.asarray(x[None]), model.new_cache(1, len(x)), 0))[0]
-        lp = log_probs(logits[:, :V])   # on the host, float64
-        k = done - start
-        nll -= lp[np.arange(k, len(y)), y[k:]].sum()
-        done = end
-        start = max(end - window.keep(T), 0) if end < n else end
-    bits = nll / LN2
-    return {"bytes": len(data), "tokens": n, "bits": bits, "bits_per_byte": bits / len(data)}
