@@ -159,6 +159,14 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.GRAPH_STEPS = int(kind[6:])
         r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind.startswith("ours-b"):   # the graph decoder up to this batch (GRAPH_MAX_BATCH)
+        from bytemodel.ops import cuda_decode
+        cuda_decode.GRAPH_MAX_BATCH = int(kind[6:])
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "ours-launched":     # above GRAPH_MAX_BATCH: the cuBLAS step launched from Python, as before
+        from bytemodel.ops import cuda_decode
+        cuda_decode.BLAS_GRAPH = False
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours":
         r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "host":
@@ -181,6 +189,10 @@ def main():
     ap.add_argument("--startup", action="store_true")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--graph-steps", type=int, default=0, help="also ours with this many steps per graph")
+    ap.add_argument("--graph-max-batch", type=int, default=0,
+                    help="also ours with the graph decoder up to this batch (GRAPH_MAX_BATCH)")
+    ap.add_argument("--launched", action="store_true",
+                    help="also ours with the cuBLAS step launched from Python (BLAS_GRAPH off), N > 64")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -199,13 +211,18 @@ def main():
         if args.host_loop:
             sides.append(("host", 1))
         if args.hf:
-            sides += [("hf", int(n)) for n in args.samples.split(",") if int(n) <= 16]
+            sides += [("hf", int(n)) for n in args.samples.split(",") if int(n) <= 64]
         if args.hf_static:
             sides += [("hf-static", 1)]
         if args.graph_steps:
             sides += [(f"ours-g{args.graph_steps}", int(n)) for n in args.samples.split(",") if int(n) <= 16]
+        if args.launched:
+            sides += [("ours-launched", int(n)) for n in args.samples.split(",") if int(n) > 64]
+        if args.graph_max_batch:
+            sides += [(f"ours-b{args.graph_max_batch}", int(n)) for n in args.samples.split(",")
+                      if int(n) > 16]
         if args.only:
-            sides = [s for s in sides if s[0].split("-g")[0] in args.only.split(",")]
+            sides = [s for s in sides if (s[0] if s[0] == "hf-static" else s[0].split("-")[0]) in args.only.split(",")]
         vals = {side: [] for side in sides}
         for _ in range(args.rounds):          # the sides alternate within each round
             for kind, n in sides:

@@ -11,9 +11,9 @@
 
 #define SCORE_WARPS 16
 
-extern "C" __global__ void __launch_bounds__(SCORE_WARPS * 32)
-score_window_nll(const act_t* __restrict__ logits, const int* __restrict__ targets,
-                 const unsigned char* __restrict__ mask, double* __restrict__ out, int L, int ld, int V) {
+extern "C" __global__ void __launch_bounds__(SCORE_WARPS * 32) score_window_nll(
+        const act_t* __restrict__ logits, const int* __restrict__ targets, const unsigned char* __restrict__ mask,
+        double* __restrict__ out, int L, int ld, int V) {
     __shared__ double part[SCORE_WARPS];
     const int b = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     double acc = 0.0;

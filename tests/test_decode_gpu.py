@@ -42,7 +42,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-4), ("fp16", 6e-2)])
 @pytest.mark.parametrize("ci", range(len(CONFIGS)))
-@pytest.mark.parametrize("B", [1, 3, 16])
+@pytest.mark.parametrize("B", [1, 3, 16, 37, 64])
 def test_decode_steps_match_numpy(ci, B, precision, tol):
     """Prefill a prompt, then steps through the kernels (greedy ids fed back): every step's logits
     against the NumPy cached forward fed the same ids, past several attention splits."""
@@ -140,6 +140,44 @@ def test_fp16_same_seed_same_bytes_and_paths(pair, monkeypatch):
     print(f"fp16 greedy: graph path equals the host loop for {same} of {len(host)} bytes")
     monkeypatch.setattr(cuda_decode, "GRAPH_MAX_BATCH", 0)
     assert generate(gpu16, tok, 120, b"x", temperature=0, samples=2) == [host, host]
+
+
+def test_cublas_step_as_a_graph_matches_the_launched_step(pair, monkeypatch):
+    """Above GRAPH_MAX_BATCH the cuBLAS step is captured once as a graph (gpu/step.cu reads the cache
+    position on the device; the products go through the decoder's own cuBLAS handle): greedy steps
+    give the logits of the same ops launched from Python every step within fp16 rounding (2e-2 of
+    the logits' scale, as the decode tests above: the two handles may pick different cuBLAS
+    algorithms), and the same ids; whole generations repeat, and greedy ones equal the host loop's
+    bytes past the context (restarts re-prefill the cache under the live graph)."""
+    import cupy as cp
+    from bytemodel.ops import cuda_decode
+    cfg, _, _, gpu16 = pair
+    tok = Tokenizer()
+    monkeypatch.setattr(cuda_decode, "GRAPH_MAX_BATCH", 1)
+    prompt = cp.asarray(np.array([[256, 65, 67], [256, 70, 71], [256, 1, 2]]))
+    W = gpu16.weights()
+    runs = []
+    for captured in (True, False):
+        monkeypatch.setattr(cuda_decode, "BLAS_GRAPH", captured)
+        d = cuda_decode.Decoder(gpu16, 3, 257, 5, 0.0, 0, 1.0)
+        assert d.blas_graph == captured and not d.use_graph
+        lg = d.run_prefill(lambda: gpu16.forward_cached(prompt, d.cache, 0, W))
+        d.begin(lg[:, -1, :], 3, W)
+        logits = []
+        for _ in range(8):
+            d.step(1)
+            logits.append(cp.asnumpy(d.logits))
+        runs.append((np.stack(logits), d.tokens(0, 8)))
+        assert captured is (1 in d._graphs)
+    (a, ta), (b, tb) = runs
+    assert np.abs(a - b).max() <= 2e-2 * np.abs(b).max(), np.abs(a - b).max()
+    assert np.array_equal(ta, tb)
+    monkeypatch.setattr(cuda_decode, "BLAS_GRAPH", True)
+    n = 2 * cfg.context + 9
+    graph = generate(gpu16, tok, n, b"AC", seed=7, samples=3)
+    assert generate(gpu16, tok, n, b"AC", seed=7, samples=3) == graph and len(set(graph)) == 3
+    assert generate(gpu16, tok, 120, b"AC", samples=3, temperature=0) == \
+        [generate(gpu16, tok, 120, b"AC", temperature=0, engine="host")] * 3
 
 
 def test_one_document_stops_on_gpu(pair):

@@ -7,9 +7,13 @@ is captured once as a CUDA graph and replayed; the host reads nothing between st
 from the PCG64 stream of np.random.default_rng(seed + i), one double per sampled token, as
 Generator.choice does on the CPU (see decode/generate.py).
 
-Products are warp-per-output dot products over transposed weight copies (made once per Decoder);
-no cuBLAS, so nothing stops the capture. Batches above GRAPH_MAX_BATCH use the backend's own
-cached forward (cuBLAS, FlashAttention) for the model and these kernels only to sample.
+Up to GRAPH_MAX_BATCH sequences the products are warp-per-output dot products over transposed
+weight copies (made once per Decoder). Above it the step is the backend's own ops (cuBLAS products,
+as Model.forward_cached runs them) with the two position-dependent pieces, RoPE's row and the
+cache write, read from device memory (gpu/step.cu), so that step too is captured once as a graph
+and replayed; its products go through the decoder's own cuBLAS handle by ctypes (_RawBlas), since
+CuPy's wrappers refuse to bind a handle to a capturing stream. Without that (fp32, or BLAS_GRAPH
+off) batches above KERNEL_MAX_BATCH run the backend's cached forward from Python every step.
 
 Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 """
@@ -20,14 +24,64 @@ import math
 import numpy as np
 import cupy as cp
 
-from .cuda_ops import _module, _scale_log2
+from .cuda_ops import _cublas, _module, _scale_log2
 
-GRAPH_MAX_BATCH = 16           # above this the per-step host cost is spread over many sequences
+GRAPH_MAX_BATCH = 4            # these kernels up to this batch, above it the captured cuBLAS step: at base on
+                               # the H200 a kernel step costs ~0.25 + 0.097 B ms, the captured cuBLAS step
+                               # ~0.67 + 0.0027 B ms (B = 1, 16 and 64, 128, 256 measured: benchmarks/README.md,
+                               # issue 24), equal near B = 4.5
+KERNEL_MAX_BATCH = 64          # where the captured step is not available (fp32, BLAS_GRAPH off) these kernels
+                               # still beat the cuBLAS step launched from Python (~8 ms a step) up to here
 GRAPH_STEPS = 1                # steps captured per graph (a launch replays this many)
+BLAS_GRAPH = True              # above GRAPH_MAX_BATCH: the cuBLAS step captured as a graph (gpu/step.cu makes
+                               # it position-free); False: the same ops launched from Python every step
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
 ATTN_HEAD_DIMS = (16, 32, 64, 128, 256)
 _THREADS = 256
 _FILE = "decode.cu"
+_STEP_FILE = "step.cu"
+
+
+class _RawBlas:
+    """The two cuBLAS calls cuda_ops._gemm makes (setPointerMode, gemmEx), through the libcublas CuPy
+    loaded, by ctypes, without touching the handle's stream: for a handle bound to a capturing stream."""
+    _one = None
+
+    def __init__(self):
+        import ctypes
+        import re
+        path = None
+        with open("/proc/self/maps") as f:
+            for line in f:
+                q = line.split()[-1]
+                if re.search(r"/libcublas\.so[.0-9]*$", q):
+                    path = q
+                    break
+        self.lib = ctypes.CDLL(path or "libcublas.so")
+        vp, ci = ctypes.c_void_p, ctypes.c_int
+        self.lib.cublasSetPointerMode_v2.argtypes = [vp, ci]
+        self.lib.cublasGemmEx.argtypes = [vp, ci, ci, ci, ci, ci, vp, vp, ci, ci, vp, ci, ci, vp, vp, ci, ci, ci, ci]
+
+    @classmethod
+    def get(cls):
+        if cls._one is None:
+            cls._one = cls()
+        return cls._one
+
+    def setPointerMode(self, handle, mode):
+        st = self.lib.cublasSetPointerMode_v2(handle, mode)
+        if st:
+            raise RuntimeError(f"cublasSetPointerMode failed (status {st})")
+
+    def gemmEx(self, handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, compute, algo):
+        st = self.lib.cublasGemmEx(handle, ta, tb, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                                   compute, algo)
+        if st:
+            raise RuntimeError(f"cublasGemmEx failed (status {st})")
+
+
+def _blocks_of(n: int) -> int:
+    return max(1, min(1024, (n + _THREADS - 1) // _THREADS))
 
 # The ModelConfig fields this copy of the block follows, and those that cannot change its logits
 # (as model.FOLLOWS; checked by tests/test_engines.py)
@@ -92,12 +146,16 @@ class Decoder:
             raise ValueError(why)
         self.model, self.ops, self.cfg, self.B = model, ops, cfg, B
         self.sampling = (float(temperature), int(top_k), float(top_p))
-        self.use_graph = (B <= GRAPH_MAX_BATCH) if graph is None else graph
+        # the captured cuBLAS step needs attention_decode's kernel (fp32 keeps the reference path)
+        blas_graph = BLAS_GRAPH and ops.decode_attention
+        limit = GRAPH_MAX_BATCH if blas_graph else KERNEL_MAX_BATCH
+        self.use_graph = (B <= limit) if graph is None else graph
+        self.blas_graph = not self.use_graph and blas_graph
         S = cfg.context
         C, F, H, K, D, Vm = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size
         # the graph path replays on its own stream (capture needs one); the cuBLAS path stays on
         # the null stream, where the backend's cuBLAS handle runs
-        self.stream = cp.cuda.Stream(non_blocking=True) if self.use_graph else cp.cuda.Stream.null
+        self.stream = cp.cuda.Stream(non_blocking=True) if self.use_graph or self.blas_graph else cp.cuda.Stream.null
         # buffers and weight copies are made on the null stream, then waited for
         self.cache = model.new_cache(B, S)
         self.state = cp.zeros((4,), dtype=cp.int32)
@@ -105,6 +163,8 @@ class Decoder:
         self.sampler = Sampler(ops, vocab, B, seed, S + 1)
         if self.use_graph:
             self._kernel_setup(model, B, S, C, F, H, K, D, Vm)
+        elif self.blas_graph:
+            self._blas_graph_setup(model, B, S, H, D)
         cp.cuda.Stream.null.synchronize()
         self._graphs = {}
 
@@ -189,6 +249,96 @@ class Decoder:
         self.logits[...] = lg[:, 0, :V]
         self.state += 1   # pos and t (pos is unused on this path)
 
+    # ------------------------------------------------------------------ the cuBLAS path as a graph
+    def _blas_graph_setup(self, model, B, S, H, D):
+        """The backend's ops with the two position-dependent pieces read from state[0] on the device
+        (gpu/step.cu: RoPE's row, the cache write); the attention is attention_decode's kernel
+        with this decoder's state. Same ops, same order as Model.forward_cached, so the same logits.
+        Everything the captured graph allocates comes from its own pool, kept as long as it lives."""
+        ops = self.ops
+        self._Wg = model.weights()          # one cast, before capture: the graph reads these buffers
+        dt = ops.activation_dtype(model.dtype)
+        self.cos_t, self.sin_t = model.rope(S, 0, dt)                  # (S, D/2)
+        self.cos1 = cp.zeros((1, D // 2), dtype=dt)
+        self.sin1 = cp.zeros((1, D // 2), dtype=dt)
+        mod = _module(_STEP_FILE, ops.precision)
+        self.k_rope_row = mod.get_function("step_rope_row")
+        self.k_cache_write = mod.get_function("step_cache_write")
+        self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
+        self.scale_log2 = _scale_log2(D)
+        self._pool = cp.cuda.MemoryPool()   # the graph's own memory: never handed to anyone else
+        # CuPy refuses to set a cuBLAS handle's stream while the stream captures (its setStream
+        # checks), though cuBLAS itself captures products: so this decoder's products go through
+        # its own handle, bound to its stream once, here, before any capture
+        self._handle = _cublas.create()
+        _cublas.setStream(self._handle, self.stream.ptr)
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None:
+            try:
+                _cublas.destroy(h)
+            except Exception:   # pragma: no cover  (interpreter shutdown)
+                pass
+
+    def _own_handle(self):
+        """A context in which the backend's products use this decoder's cuBLAS handle, called
+        straight through libcublas (_RawBlas): CuPy's wrappers set the handle's stream on every
+        call and refuse to while the stream captures."""
+        import contextlib
+        from . import cuda_ops
+        dev, handle = cp.cuda.device, self._handle
+
+        @contextlib.contextmanager
+        def swap():
+            orig_handle, orig_blas = dev.get_cublas_handle, cuda_ops._cublas
+            dev.get_cublas_handle = lambda: handle
+            cuda_ops._cublas = _RawBlas.get()
+            try:
+                yield
+            finally:
+                dev.get_cublas_handle, cuda_ops._cublas = orig_handle, orig_blas
+        return swap()
+
+    def _launch_blas_model(self):
+        """Feed sampler.ids through the model at state[0] with the backend's ops: logits, then
+        pos += 1, t += 1. Nothing here reads the position on the host."""
+        m, o, cfg, B = self.model, self.ops, self.cfg, self.B
+        H, K, D, S, C = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.context, cfg.d_model
+        W, eps, i32 = self._Wg, cfg.norm_eps, np.int32
+        self.k_rope_row((1,), (max(32, D // 2),), (self.cos_t, self.sin_t, self.cos1, self.sin1, self.state,
+                                                   i32(D // 2)))
+        x, _ = o.embedding_forward(W["wte"], self.sampler.ids.reshape(B, 1))
+        x = x.reshape(B, C)
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            kc, vc = self.cache[i]
+            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], eps)
+            qkv = o.matmul_forward(h1, W[p + "wqkv"])
+            q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
+            kk = cp.ascontiguousarray(k.reshape(B * K, D))
+            vv = cp.ascontiguousarray(v.reshape(B * K, D))
+            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, self.state, i32(B * K),
+                                                                      i32(S), i32(D)))
+            qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
+            att = cp.empty((B * H, D), dtype=cp.float32)
+            self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, self.state, i32(H), i32(K), i32(S),
+                                              i32(S), np.float32(self.scale_log2)))
+            a = att.astype(o.act_dtype).reshape(B, H * D)
+            x = o.add(x, o.matmul_forward(a, W[p + "wo"]))
+            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], eps)
+            u = o.matmul_forward(h2, W[p + "w_gateup"])
+            sw, _ = o.swiglu_forward(u)
+            x = o.add(x, o.matmul_forward(sw, W[p + "w_down"]))
+        hf, _ = o.rmsnorm_forward(x, W["norm_f"], eps)
+        lg = o.matmul_forward(hf, m.head(W)[0])
+        self.logits[...] = lg
+        self.state[:2] += 1
+
+    def _launch_blas_step(self):
+        self.sampler(self.logits, self.state, *self.sampling)
+        self._launch_blas_model()
+
     # ------------------------------------------------------------------ driving
     def begin(self, logits_row, pos: int, W=None):
         """Start a segment: logits (B, V) or (V,) for every sequence; the cache holds pos tokens."""
@@ -202,7 +352,22 @@ class Decoder:
         """n steps: n tokens sampled per sequence, each fed through the model."""
         with self.stream:
             while n > 0:
-                if not self.use_graph:
+                if self.blas_graph:
+                    with cp.cuda.using_allocator(self._pool.malloc), self._own_handle():
+                        if not getattr(self, "_eager_done", False):
+                            self._launch_blas_step()    # eagerly once: modules load, the pool fills
+                            self._eager_done = True
+                        else:
+                            if 1 not in self._graphs:
+                                self.stream.begin_capture()
+                                try:
+                                    self._launch_blas_step()
+                                finally:
+                                    graph = self.stream.end_capture()
+                                self._graphs[1] = graph
+                            self._graphs[1].launch(self.stream)
+                    k = 1
+                elif not self.use_graph:
                     self._blas_step(self._pos)
                     k = 1
                 elif not getattr(self, "_eager_done", False):
