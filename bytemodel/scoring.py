@@ -1,5 +1,6 @@
 """Windows of tokens -> their summed negative log-likelihood: the one scoring path for `score`,
-`eval`, validation and the API (bytemodel.decode.score puts documents into windows).
+`eval` and the API (bytemodel.decode.score puts documents into windows). Validation still sums
+the runner's per-token losses (corpus.score); it could take Scorer.nll too.
 
     s = Scorer(model, vocab)          # vocab: the tokenizer's ids (model.cfg.vocab_size by default)
     s.nll(x, y, m)                    # x, y (B, L) int, m (B, L) 0/1 or None -> (B,) float64 nats
