@@ -23,7 +23,6 @@ LAYERS = [
     ("ops",),                                     # the op table and its backends (the device)
     ("mtp",),                                     # multi-token heads
     ("model",),                                   # the transformer over the ops
-    ("scoring",),                                 # windows -> summed losses (score, eval, validation)
     ("gradcheck", "checkpoint"),                  # finite differences; the file format
     ("hf", "lineage"),                            # the Hugging Face format; a fine-tune's parent
     ("training", "decode"),                       # the wings: training; sampling, scoring, lockstep

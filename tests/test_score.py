@@ -1,4 +1,4 @@
-"""Scoring (decode/score.py, scoring.py, ops/score_ops.py): the batched path against the float64
+"""Scoring (decode/score.py, decode/scorer.py, ops/score_ops.py): the batched path against the float64
 host path it replaced, the window policy by hand, streaming, threads, and the CUDA twin.
 
 Tolerances: batched against the reference, 1e-4 bits/byte (the issue's bound): the two differ by
@@ -11,7 +11,7 @@ import pytest
 from bytemodel.config import ModelConfig
 from bytemodel.decode.score import doc_windows, reference_score, score, score_documents, score_stream
 from bytemodel.model import Model
-from bytemodel.ops import cuda_available
+from bytemodel.ops import cuda_available, numpy_ops
 from bytemodel.ops.score_ops import window_nll
 from bytemodel.tokenizer import Tokenizer
 
@@ -20,7 +20,7 @@ CFG = dict(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, context=1
 
 @pytest.fixture(scope="module")
 def model():
-    m = Model(ModelConfig(**CFG))
+    m = Model(ModelConfig(**CFG), numpy_ops)
     m.init_weights(3)
     m.load_flat(m.params * 8)   # spread the logits, so a wrong target or window shows
     return m
@@ -40,7 +40,7 @@ def test_batched_score_matches_the_float64_host_path(model, n):
 
 def test_bpe_documents_match_the_reference(model):
     tok = Tokenizer.train([b"abcabcabd" * 30], 5)
-    m = Model(ModelConfig(**{**CFG, "vocab_size": tok.vocab_size}))
+    m = Model(ModelConfig(**{**CFG, "vocab_size": tok.vocab_size}), numpy_ops)
     m.init_weights(1)
     data = b"abcabdabcabc" * 9
     assert abs(score(m, tok, data)["bits_per_byte"] - reference_score(m, tok, data)["bits_per_byte"]) < 1e-4

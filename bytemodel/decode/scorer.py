@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .ops import score_ops
+from ..ops import score_ops
 
 GPU_TOKENS = 1 << 16       # tokens a GPU call scores at once (64 windows of 1024): the batch where
                            # the forward reaches its throughput, activations a few hundred MB at base
