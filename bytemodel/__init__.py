@@ -47,8 +47,8 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
 
 def finetune(parent, source, out_dir=None, **kw):
     """Fine-tune a run on plain data, or with examples="pairs" / "chat" on a JSONL file of examples
-    (see bytemodel.finetune.finetune for the settings). Returns a TrainResult."""
-    from .finetune import finetune as _finetune
+    (see bytemodel.training.finetune.finetune for the settings). Returns a TrainResult."""
+    from .training.finetune import finetune as _finetune
     return _finetune(parent, source, out_dir, **kw)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from _common import fetch, out_dir, parse_args, stream_of
 
 import bytemodel
-from bytemodel.finetune import finetune
+from bytemodel.training.finetune import finetune
 from bytemodel.pairs import read_examples, score_examples
 
 HELD_OUT = 100

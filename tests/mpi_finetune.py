@@ -3,7 +3,7 @@
 import sys
 
 from bytemodel.training import distributed
-from bytemodel.finetune import finetune
+from bytemodel.training.finetune import finetune
 
 parent, pairs, out = sys.argv[1:4]
 assert distributed.connect("auto").size == 2

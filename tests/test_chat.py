@@ -139,7 +139,7 @@ def test_chat_needs_chat_tokens():
 @pytest.fixture(scope="module")
 def chat_run(tmp_path_factory):
     import bytemodel
-    from bytemodel.finetune import finetune
+    from bytemodel.training.finetune import finetune
     from conftest import FAST
     d = tmp_path_factory.mktemp("chat")
     (d / "src.txt").write_text("hello there. general kenobi. " * 40)

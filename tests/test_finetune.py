@@ -8,7 +8,7 @@ import pytest
 import bytemodel
 from bytemodel import checkpoint as ck
 from bytemodel.errors import ConfigError, SourceError
-from bytemodel.finetune import finetune, parent_val_bpb
+from bytemodel.training.finetune import finetune, parent_val_bpb
 from bytemodel.lineage import grow_vocab
 from bytemodel.gradcheck import BOUND, check_tensors, tiny_config
 from bytemodel.model import Model, views
@@ -310,3 +310,17 @@ def test_resume_refuses_changed_examples(parent, tmp_path):
     mask.write_bytes(bytes(data))
     with pytest.raises(SourceError, match="damaged or changed"):
         finetune(None, None, r.run_dir, resume=True)
+
+
+def test_the_api_functions_stay_callable_after_every_module_is_imported():
+    """bytemodel.train() and bytemodel.finetune() are functions: importing any module of the package
+    (as the CLI does) must not replace them with a module of the same name (a root module
+    finetune.py did, so the API's second call failed)."""
+    import importlib
+    import pkgutil
+    import bytemodel
+    for m in pkgutil.walk_packages(bytemodel.__path__, "bytemodel."):
+        if not m.name.startswith(("bytemodel.ops.cuda", "bytemodel.ops.nccl")) and not m.name.endswith("__main__"):   # CuPy-only; the command itself
+            importlib.import_module(m.name)
+    for name in bytemodel.__all__:
+        assert not isinstance(getattr(bytemodel, name), type(bytemodel)), f"bytemodel.{name} is a module"

@@ -133,7 +133,7 @@ def test_a_failed_fresh_finetune_removes_its_examples(run, tmp_path, monkeypatch
         assert (tmp_path / "ft" / "examples.json").exists() and (tmp_path / "ft" / "mask.u8").exists()
         raise KeyboardInterrupt
     monkeypatch.setattr(lineage, "parent_weights", boom)
-    from bytemodel.finetune import finetune     # (bytemodel.finetune is shadowed once the module is imported)
+    from bytemodel.training.finetune import finetune
     with pytest.raises(KeyboardInterrupt):
         finetune(run / "R", pairs, tmp_path / "ft", examples="pairs", steps=2, batch_size=4,
                            eval_tokens=64, plot=False, baseline=False)

@@ -27,7 +27,7 @@ LAYERS = [
     ("hf", "lineage"),                            # the Hugging Face format; a fine-tune's parent
     ("training", "decode"),                       # the wings: training; sampling, scoring, lockstep
     ("compress",),                                # the wing over decode (and train's optimizer)
-    ("finetune", "chat"),                         # fine-tuning runs; the chat REPL's engine
+    ("chat",),                                    # the chat REPL's engine
     ("__init__",),                                # the public Python API
     ("cli",),                                     # the command, over the API
 ]

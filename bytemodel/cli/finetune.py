@@ -48,7 +48,7 @@ def finetune(
     assistant turns, and validation is bits/byte of the held-out ones.
     Example: bytemodel finetune --from runs/jargon-1 --pairs defs.jsonl --steps 300
     """
-    from ..finetune import finetune as api_finetune, parent_val_bpb
+    from ..training.finetune import finetune as api_finetune, parent_val_bpb
     with user_errors():
         given = [(k, v) for k, v in (("source", source), ("pairs", pairs), ("chat", chat)) if v]
         if resume:

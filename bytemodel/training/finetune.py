@@ -6,9 +6,9 @@ and the parent's figure on the fine-tune's own held-out data (the 'before' besid
 """
 from __future__ import annotations
 
-from . import checkpoint as ckpt
-from .errors import ConfigError
-from .lineage import DEFAULTS, parent_weights
+from .. import checkpoint as ckpt
+from ..errors import ConfigError
+from ..lineage import DEFAULTS, parent_weights
 
 
 def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: str = "", resume: bool = False,
@@ -18,8 +18,8 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     steps, lr and warmup default to DEFAULTS. resume=True continues the fine-tune in out_dir.
     Returns a TrainResult."""
     import dataclasses
-    from .config import TrainConfig
-    from .training.loop import train as _train
+    from ..config import TrainConfig
+    from .loop import train as _train
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     bad = set(settings) - known
     bad |= {"parent", "examples", "val_source", "source", "out_dir", "preset", "model", "context"} & set(settings)
@@ -40,11 +40,11 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
 def parent_val_bpb(run_dir, device: str | None = None) -> float:
     """The parent's bits/byte on the fine-tune's own validation data (the same windows, the same
     counted targets): the 'before' beside the run's 'after'."""
-    from .model import Model
-    from .ops import get_backend
-    from .training.prepare import open_run_corpus
-    from .training.runner import CoreParallel
-    from .config import TrainConfig
+    from ..model import Model
+    from ..ops import get_backend
+    from .prepare import open_run_corpus
+    from .runner import CoreParallel
+    from ..config import TrainConfig
     loaded = ckpt.load(run_dir)
     tc = TrainConfig(**loaded.train["config"])
     if not tc.parent:
