@@ -1,3 +1,4 @@
+import os
 import numpy as np
 import pytest
 
@@ -21,3 +22,23 @@ def dna_file(tmp_path):
     p = tmp_path / "toy.txt"
     p.write_text(seq)
     return p
+
+
+def cli(args, cwd=None, input=None):
+    """The `bytemodel` command in-process (typer's runner) -> (exit code, output); cwd: run it there."""
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    old = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        r = CliRunner().invoke(app, [str(a) for a in args], input=input)
+    finally:
+        os.chdir(old)
+    return r.exit_code, r.output
+
+
+def one_error_line(out: str) -> bool:
+    """What a user error must print: exactly one line, starting 'error: ', and no traceback."""
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out

@@ -17,6 +17,7 @@ import bytemodel  # noqa: E402
 from bytemodel import compress as bmz  # noqa: E402
 from bytemodel.compress.adapt import Adapt, Fresh, settings  # noqa: E402
 from bytemodel.errors import CompressError, ConfigError  # noqa: E402
+from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=40, eval_tokens=256, warmup=2,
@@ -143,16 +144,8 @@ def test_another_backend_is_refused(run_dir):
         bmz.decompress(lm, blob)
 
 
-def _cli(args):
-    from typer.testing import CliRunner
-    from bytemodel.cli import app
-    r = CliRunner().invoke(app, [str(x) for x in args])
-    return r.exit_code, r.output
 
 
-def _one_error_line(out):
-    lines = [l for l in out.strip().splitlines() if l.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
 
 
 def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):

@@ -23,6 +23,7 @@ pytest.importorskip("constriction")
 
 import bytemodel  # noqa: E402
 from bytemodel import compress as bmz  # noqa: E402
+from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=40, eval_tokens=256, warmup=2,
@@ -245,16 +246,8 @@ def test_wrong_checksum_or_backend_never_returns_bytes(lm):
 
 # ------------------------------------------------------------------------------- CLI
 
-def _cli(args):
-    from typer.testing import CliRunner
-    from bytemodel.cli import app
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    return r.exit_code, r.output
 
 
-def _one_error_line(out):
-    lines = [l for l in out.strip().splitlines() if l.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
 
 
 def test_cli_round_trip_and_refusals(run_dir, other_run, tmp_path):

@@ -18,6 +18,7 @@ pytest.importorskip("constriction")
 import bytemodel  # noqa: E402
 from bytemodel import compress as bmz  # noqa: E402
 from bytemodel.compress import container  # noqa: E402
+from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402
 
 FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=256, warmup=2, plot=False,
             baseline=False, model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
@@ -55,22 +56,8 @@ def _repack(blob: bytes, edit) -> bytes:
     return bmz._pack(header, payload)
 
 
-def _cli(args, cwd=None):
-    from typer.testing import CliRunner
-    from bytemodel.cli import app
-    old = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        r = CliRunner().invoke(app, [str(a) for a in args])
-    finally:
-        os.chdir(old)
-    return r.exit_code, r.output
 
 
-def _one_error_line(out):
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
 
 
 def test_header_not_an_object_or_too_deep(blob):

@@ -19,22 +19,15 @@ import bytemodel
 from bytemodel import checkpoint as ck
 from bytemodel.errors import BytemodelError, CheckpointError, SourceError, TokenizerError
 from conftest import FAST
+from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402
 
 
 def _settings(**kw):
     return {**FAST, "model": dict(FAST["model"]), **kw}
 
 
-def _cli(args, input=None):
-    from typer.testing import CliRunner
-    from bytemodel.cli import app
-    r = CliRunner().invoke(app, [str(a) for a in args], input=input)
-    return r.exit_code, r.output
 
 
-def _one_error_line(out):
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
 
 
 @pytest.fixture(scope="module")

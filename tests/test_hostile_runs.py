@@ -13,6 +13,7 @@ from bytemodel import checkpoint as ck
 from bytemodel.errors import BytemodelError, ConfigError
 from bytemodel.runfiles import lock_run
 from conftest import FAST
+from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402
 
 
 def _settings(**kw):
@@ -23,22 +24,8 @@ def _snapshot(d: Path) -> dict:
     return {str(p.relative_to(d)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def _cli(args, cwd=None):
-    from typer.testing import CliRunner
-    from bytemodel.cli import app
-    old = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        r = CliRunner().invoke(app, [str(a) for a in args])
-    finally:
-        os.chdir(old)
-    return r.exit_code, r.output
 
 
-def _one_error_line(out):
-    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
-    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
 
 
 @pytest.fixture(scope="module")

@@ -24,23 +24,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+import _bench  # noqa: E402  (benchmarks/kernels/_bench.py: the shared CUDA-event timer)
+
 INNER = 10
 
 
-def median_ms(fn, warm=3, reps=20):
-    import cupy as cp
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(INNER):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) / INNER)
-    return float(np.median(times))
+def median_ms(fn):
+    return _bench.median_ms(fn, inner=INNER)
 
 
 def kernels(precision: str) -> dict:

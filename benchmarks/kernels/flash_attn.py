@@ -29,23 +29,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 SHAPES = [(16, 12, 1024, 64), (16, 12, 1024, 128), (16, 12, 4096, 64), (16, 12, 4096, 128)]
 
 
+import _bench  # noqa: E402  (benchmarks/kernels/_bench.py: the shared CUDA-event timer)
+
 INNER = 5   # calls per timed sample, so that Python's launch cost hides behind the GPU work
 
 
-def median_ms_cupy(fn, warm=3, reps=20):
-    import cupy as cp
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(INNER):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) / INNER)
-    return float(np.median(times))
+def median_ms_cupy(fn):
+    return _bench.median_ms(fn, inner=INNER)
+
 
 
 def median_ms_torch(fn, warm=3, reps=20):
