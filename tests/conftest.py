@@ -1,4 +1,7 @@
 import os
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -42,3 +45,62 @@ def one_error_line(out: str) -> bool:
     """What a user error must print: exactly one line, starting 'error: ', and no traceback."""
     lines = [ln for ln in out.strip().splitlines() if ln.strip()]
     return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out
+
+
+def refused(code: int, out: str, *words: str) -> bool:
+    """A refusal: exit status 2, exactly one line, starting 'error: ', no traceback, naming the words."""
+    return code == 2 and one_error_line(out) and all(w.lower() in out.lower() for w in words)
+
+
+def ends_refused(code: int, out: str, *words: str) -> bool:
+    """Like refused, for commands that print progress first: the last line is the error."""
+    lines = [ln for ln in out.strip().splitlines() if ln.strip()]
+    return bool(lines) and refused(code, lines[-1], *words) and "Traceback" not in out
+
+
+# The fault tests' small model (what the CLI flags and the API settings say), and a finished CLI run's files
+MODEL_FLAGS = ["--context", "32", "--batch-size", "4", "--eval-every", "5", "--eval-tokens", "256",
+               "--d-model", "32", "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "-q", "--no-baseline"]
+MODEL_SETTINGS = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=256, warmup=2,
+                      model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
+CORE_FILES = {"checkpoint.safetensors", "tokens.u16", "corpus.json", "metrics.jsonl",
+              "best.safetensors", "loss.png", "baselines.json"}
+
+
+def dna(path: Path, n: int = 6000, seed: int = 0) -> Path:
+    """Synthetic DNA of n bytes with repeated motifs (the same bytes as dna_file's for the defaults)."""
+    rng = np.random.default_rng(seed)
+    motifs = ["".join(rng.choice(list("ACGT"), 12)) for _ in range(8)]
+    path.write_text("".join(motifs[i] for i in rng.integers(0, 8, n // 12)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A finished 5-step run (checkpoint at step 5), shared read-only: tests that change it take run_copy."""
+    import bytemodel
+    base = tmp_path_factory.mktemp("trained")
+    src = dna(base / "toy.txt")
+    bytemodel.train(src, base / "run", steps=5, **MODEL_SETTINGS)
+    return base / "run"
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    """A copy of the trained run that a test may damage."""
+    dst = tmp_path / "run"
+    shutil.copytree(trained, dst)
+    return dst
+
+
+def subprocess_env() -> dict:
+    """The environment for a child python that must import this tree's bytemodel."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files a writer left behind."""
+    return sorted(p.name for p in folder.iterdir() if "tmp" in p.name.lower())

@@ -205,3 +205,21 @@ def test_linux_docs_from_the_installed_package(tmp_path):
     assert len(files) == src["count"] == 3183 and (d / "admin-guide" / "README.rst.gz").is_file()
     n = sum(len(x) for x in read_documents(d, ds.reader))
     assert 24_000_000 < n < 24_500_000, n
+
+
+# ================================================================================================
+# a cached file is verified again (fault injection)
+# ================================================================================================
+def test_data_get_reverifies_a_cached_file_of_the_right_size(tmp_path, monkeypatch):
+    from bytemodel import catalogue
+    monkeypatch.setenv("BYTEMODEL_CACHE", str(tmp_path / "cache"))
+    first = catalogue.get("lambda-phage")
+    (f,) = [p for p in first.iterdir() if not p.name.startswith(".")]
+    good = f.read_bytes()
+    bad = bytearray(good)
+    bad[100] ^= 0x01
+    f.write_bytes(bytes(bad))          # same size, one bit off
+    again = catalogue.get("lambda-phage")
+    assert again == first
+    assert f.read_bytes() == good       # fetched afresh from the verified source
+

@@ -21,6 +21,7 @@ from bytemodel.tokenizer import Tokenizer
 from bytemodel.tokenizer.encode import apply_merges, encode_bytes, encode_chunks
 from bytemodel.tokenizer.pretok import pre_split_pieces
 from bytemodel.tokenizer.train import sample_segments, train_bpe
+from conftest import cli, leftovers, refused
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -381,3 +382,22 @@ def test_cli_user_errors_are_one_line(tmp_path):
     bad.write_text("{}")
     r = runner.invoke(app, ["tokenizer", "stats", "--tokenizer", str(bad), str(src)])
     assert r.exit_code == 2 and "not a bytemodel tokenizer" in r.output
+
+
+# ================================================================================================
+# out-of-vocabulary ids (fault injection)
+# ================================================================================================
+def test_out_of_vocabulary_ids_in_the_api_and_decode(tmp_path):
+    from bytemodel.errors import TokenizerError
+    from bytemodel.tokenizer import Tokenizer
+    with pytest.raises(TokenizerError, match="300"):
+        Tokenizer().decode([65, 300])
+    tok = tmp_path / "tok.json"
+    src = tmp_path / "s.txt"
+    src.write_bytes(b"abab abab " * 30)
+    assert cli(["tokenizer", "train", "--source", src, "--merges", "2", "-o", tok])[0] == 0
+    ids = tmp_path / "ids.u16"
+    ids.write_bytes(np.array([97, 9000], dtype="<u2").tobytes())
+    assert refused(*cli(["tokenizer", "decode", "-t", tok, ids, "-o", tmp_path / "d.bin"]), "9000")
+    assert not (tmp_path / "d.bin").exists() and leftovers(tmp_path) == []   # item 7: no OUT.tmp
+

@@ -6,7 +6,8 @@ import pytest
 
 import bytemodel
 from bytemodel import checkpoint as ck
-from bytemodel.errors import CheckpointError, ConfigError, SourceError
+from bytemodel.errors import BytemodelError, CheckpointError, ConfigError, SourceError
+from conftest import MODEL_SETTINGS, cli, dna
 
 
 def test_training_lowers_validation_loss(tmp_path, dna_file, fast_settings):
@@ -142,3 +143,35 @@ def test_divergence_stops_with_a_clear_error(tmp_path, dna_file, fast_settings, 
     monkeypatch.setattr(numpy_ops, "cross_entropy_forward", nan_loss)
     with pytest.raises(BytemodelError, match="diverged at step 1 "):   # the first step, counted from 1
         bytemodel.train(dna_file, tmp_path / "run", steps=5, **fast_settings)
+
+
+# ================================================================================================
+# divergence and resumed settings (fault injection)
+# ================================================================================================
+def test_divergence_counts_steps_from_one(tmp_path):
+    import bytemodel
+    src = dna(tmp_path / "d.txt")
+    bad = {**MODEL_SETTINGS, "lr": 1e30, "grad_clip": 0.0}
+    with pytest.raises(BytemodelError, match="diverged at step ") as e:
+        bytemodel.train(src, tmp_path / "a", steps=6, **bad)
+    n = int(str(e.value).split("diverged at step ")[1].split()[0])
+    # step n is counted as the metrics and the progress bar count (1 = the first step):
+    # n - 1 steps train without trouble, n steps do not
+    r = bytemodel.train(src, tmp_path / "b", steps=n - 1, **bad)
+    assert [json.loads(x)["step"] for x in (r.run_dir / "metrics.jsonl").read_text().splitlines()][-1] == n - 1
+    with pytest.raises(BytemodelError, match=f"diverged at step {n} "):
+        bytemodel.train(src, tmp_path / "c", steps=n, **bad)
+
+
+def test_resume_says_which_given_settings_it_ignores(run_copy):
+    code, out = cli(["train", "--resume", "--out", run_copy, "--steps", "6", "-q", "--lr", "0.5",
+                     "--batch-size", "9", "--seed", "3"])
+    assert code == 0, out
+    for flag in ("--lr", "--batch-size", "--seed"):
+        assert flag in out and "ignored" in out, out
+    cfg = ck.load(run_copy).train["config"]
+    assert cfg["lr"] != 0.5 and cfg["batch_size"] == 4 and cfg["seed"] == 0
+    # settings that equal the run's own are not worth a word
+    code, out = cli(["train", "--resume", "--out", run_copy, "--steps", "7", "-q", "--batch-size", "4"])
+    assert code == 0 and "ignored" not in out, out
+
