@@ -396,7 +396,7 @@ DEC_ATTN_KERNEL(256)
 
 // ------------------------------------------------------------------------------------------------
 // Sampling on the device, one block per sequence, with the CPU's rules and seed semantics
-// (bytemodel/generate.py sample_next): z = logits / temperature; top-k keeps z >= the k-th largest;
+// (bytemodel/sampling.py sample_next): z = logits / temperature; top-k keeps z >= the k-th largest;
 // p = softmax(z); top-p keeps the smallest prefix of ids by descending p (ties: lower id first)
 // whose mass reaches top_p; then the id is the first whose normalised cumulative mass (in id
 // order) exceeds u, one uniform double in [0, 1) from the sequence's own PCG64 stream: the draw

@@ -105,9 +105,9 @@ def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file
 def _overflow_from(monkeypatch, first_bad_step):
     """Fault injection: from training step `first_bad_step` on, the forward pass overflows (the
     loss and every gradient become inf/nan, as fp16 activations beyond 65504 would)."""
-    from bytemodel.training import runner as parallel
+    from bytemodel.training import runner
     calls = {"n": 0}
-    real = parallel.CoreParallel.loss_and_grad
+    real = runner.CoreParallel.loss_and_grad
 
     def loss_and_grad(self, idx, targets, weight=1.0, drop=None):
         calls["n"] += 1
@@ -116,7 +116,7 @@ def _overflow_from(monkeypatch, first_bad_step):
             self.model.grads[...] = np.nan
             return np.full_like(losses, np.inf)
         return losses
-    monkeypatch.setattr(parallel.CoreParallel, "loss_and_grad", loss_and_grad)
+    monkeypatch.setattr(runner.CoreParallel, "loss_and_grad", loss_and_grad)
 
 
 def test_fp16_overflow_stops_with_an_error_and_keeps_the_best(tmp_path, dna_file, fast_settings, monkeypatch):

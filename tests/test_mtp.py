@@ -184,7 +184,7 @@ def test_speculative_on_a_model_without_heads_is_one_error_line(tmp_path, monkey
 
 
 def test_data_parallel_workers_agree_with_heads():
-    """Thread replicas (parallel.py) split the batch; the heads' gradients must sum the same."""
+    """Thread replicas (training/runner.py's CoreParallel) split the batch; the heads' gradients must sum the same."""
     from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(mtp=3, vocab_size=13, context=8)
     m = Model(cfg, numpy_ops)

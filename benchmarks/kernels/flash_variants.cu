@@ -3,7 +3,7 @@
 // gpu/flash_attn.cu's source by benchmarks/kernels/flash_attn.py, which validates each variant against the
 // shipped kernel before timing it; benchmarks/README.md has the figures that chose the shipped ones.
 //
-// name: flash_{fwd|bwd}_{version}_d{head dim}; the tiles (BM x BN) are in attention.py's VARIANTS.
+// name: flash_{fwd|bwd}_{version}_d{head dim}; the tiles (BM x BN) are in flash_attn.py's VARIANTS_FWD and VARIANTS_BWD.
 #if HAS_MMA
 // forward v1: one 16-row m-tile per warp (BM = 64), BN = 64: the first version
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_v1_d32(FWD_ARGS) { flash_fwd<32, 1, 64, 4, true>(FWD_PASS); }
