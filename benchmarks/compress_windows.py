@@ -15,7 +15,6 @@ take under that layout (the payload is within 0.03% of it; benchmarks/README.md)
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +58,7 @@ def main() -> None:
         W, rr = (int(v) for v in pol.split(":"))
         L = CpuLockstep(lm.model, S, W, rr, folded)
         feed = np.full(S, lm.tokenizer.doc_id)
-        bits, t = 0.0, time.perf_counter()
+        bits = 0.0
         for i in range(streams.shape[1]):
             logp = numpy_ops.log_softmax(L.push(feed).astype(np.float64))
             feed = streams[:, i]

@@ -12,8 +12,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bytemodel.config import preset  # noqa: E402
@@ -41,7 +39,7 @@ def theirs(cfg, n):
     from torch_model import TorchModel
     torch.manual_seed(0)
     m = TorchModel(cfg).eval()
-    H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    K, D = cfg.n_kv_heads, cfg.head_dim
 
     @torch.inference_mode()
     def run(n):

@@ -3,7 +3,7 @@
 Run from the repository root on Debian 12 with every package named below installed:
     PYTHONPATH=. python datasets/make_catalogue.py
 """
-import json, hashlib, gzip
+import json
 from pathlib import Path
 from bytemodel.atomic import write_atomic
 from bytemodel.catalogue import sha256_file, glob_files, tree_sha256

@@ -1,5 +1,4 @@
 """The CLI through typer's runner: the commands users know us by, and bad input as one line."""
-import os
 
 import pytest
 from typer.testing import CliRunner

@@ -16,7 +16,6 @@ import json
 import lzma
 import tracemalloc
 import wave
-from pathlib import Path
 
 import numpy as np
 import pytest

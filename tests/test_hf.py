@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from bytemodel import checkpoint as ck
 from bytemodel.cli import app
 from bytemodel.config import ModelConfig
-from bytemodel.errors import CheckpointError, ConfigError, TokenizerError
+from bytemodel.errors import ConfigError, TokenizerError
 from bytemodel.hf import export_hf, import_hf
 from bytemodel.hf.layout import config_from_hf
 from bytemodel.hf.tokenizer_json import byte_alphabet, read_tokenizer_json, token_string
@@ -317,7 +317,6 @@ def _bf16(x: np.ndarray) -> bytes:
 def test_import_a_foreign_llama_bf16_sharded_without_tokenizer(tmp_path):
     """What other tools write: bf16 weights in two shards with an index, rope_theta at the top,
     no head_dim, an inv_freq buffer, no tokenizer.json -> plain bytes, converted exactly."""
-    cfg = ModelConfig(vocab_size=260, d_model=16, n_layers=1, n_heads=2, d_ff=24, context=32)
     rng = np.random.default_rng(5)
     C, F, V = 16, 24, 260
     w = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C),

@@ -10,7 +10,6 @@ import shutil
 import struct
 import zlib
 
-import numpy as np
 import pytest
 
 pytest.importorskip("constriction")

@@ -10,7 +10,7 @@ import pytest
 
 import bytemodel
 from bytemodel import checkpoint as ck
-from bytemodel.errors import BytemodelError, ConfigError
+from bytemodel.errors import ConfigError
 from bytemodel.runfiles import lock_run
 from conftest import FAST
 from conftest import cli as _cli, one_error_line as _one_error_line  # noqa: E402

@@ -1,5 +1,4 @@
 """A real Ctrl-C (SIGINT) during `bytemodel train`: saves, exits 130, and the run resumes."""
-import os
 import signal
 import subprocess
 import sys

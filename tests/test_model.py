@@ -3,7 +3,7 @@ the flat-buffer layout, and the KV-cache path against the full forward pass."""
 import numpy as np
 import pytest
 
-from bytemodel.config import ModelConfig, preset, PRESETS
+from bytemodel.config import ModelConfig, preset
 from bytemodel.errors import ConfigError
 from bytemodel.gradcheck import BOUND, check_model, tiny_config
 from bytemodel.model import Model, layout, n_params, views

@@ -7,7 +7,6 @@ repository's sources, the Python interpreter's ELF binary), or from the Debian p
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import subprocess
 import sys
@@ -411,7 +410,7 @@ def test_zstd_large_stream_has_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert n == size and ends == 1
     assert peak < 8 << 20, f"Python heap peak {peak / 2**20:.1f} MiB"
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import resource, sys
         from bytemodel.readers import stream_documents, get_reader
         get_reader("zstd")
@@ -511,7 +510,7 @@ def test_image_writer_fallback_follows_reader_options(tmp_path):
 
 def test_image_writer_property_random_bytes(tmp_path):
     Image = pytest.importorskip("PIL.Image")
-    hypothesis = pytest.importorskip("hypothesis")
+    pytest.importorskip("hypothesis")
     from hypothesis import given, settings, strategies as st
 
     @settings(max_examples=40, deadline=None)

@@ -94,7 +94,7 @@ IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the 
 
 def supports(cfg, vocab: int) -> str | None:
     """None if the decode kernels take this model, else the reason they do not."""
-    C, F, H, K, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    C, F, H, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim
     if C % 8 or F % 8 or (H * D) % 8:
         return "d_model, d_ff and n_heads * head_dim must be multiples of 8"
     if D not in ATTN_HEAD_DIMS:
