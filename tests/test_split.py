@@ -159,6 +159,18 @@ def test_pcm16_wav_and_aiff_split_into_their_samples(tmp_path):
     assert r.split(_wav(channels=2)) is None and r.split(_wav(width=1)) is None
 
 
+
+@pytest.mark.parametrize("exponent", [0x7FFE, 0x7FFF, 0xFFFF])
+def test_aiff_rate_out_of_float_range_has_no_split(tmp_path, exponent):
+    """A COMM chunk whose 80-bit rate is past a double's range (or infinity, NaN) is no pcm16 AIFF
+    to split (the file is coded as it is), never an OverflowError out of the compressor's view."""
+    sf = pytest.importorskip("soundfile")
+    sf.write(tmp_path / "a.aiff", np.zeros(64, np.int16), 8000, format="AIFF", subtype="PCM_16")
+    raw = bytearray((tmp_path / "a.aiff").read_bytes())
+    rate = raw.index(b"COMM") + 8 + 8                        # the rate: 10 bytes after ch, frames, bits
+    raw[rate:rate + 10] = exponent.to_bytes(2, "big") + b"\xff" * 8
+    assert get_reader("audio:encoding=pcm16").split(bytes(raw)) is None
+
 def test_image_has_no_byte_exact_split():
     from PIL import Image
     buf = io.BytesIO()

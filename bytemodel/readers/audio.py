@@ -24,6 +24,7 @@ the reader's view drops information there.
 """
 from __future__ import annotations
 
+import math
 import os
 import struct
 from pathlib import Path
@@ -208,14 +209,22 @@ class AudioReader(Reader):
         return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"), error=SourceError)
 
 
+def _chunks(raw: bytes, order: str) -> Iterator[tuple[bytes, int, int]]:
+    """(chunk id, first byte of its body, its declared size) for each chunk after a RIFF or FORM
+    header (12 bytes); order: "<" for RIFF (WAV), ">" for IFF (AIFF). Bodies are padded to even."""
+    i = 12
+    while i + 8 <= len(raw):
+        size = struct.unpack(order + "I", raw[i + 4:i + 8])[0]
+        yield raw[i:i + 4], i + 8, size
+        i += 8 + size + (size & 1)
+
+
 def _pcm16_wav(raw: bytes):
     """(first sample byte, end, rate, False) of a mono 16-bit PCM WAV's data chunk, else None."""
     if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
         return None
-    i, fmt = 12, None
-    while i + 8 <= len(raw):
-        cid, size = raw[i:i + 4], struct.unpack("<I", raw[i + 4:i + 8])[0]
-        body = i + 8
+    fmt = None
+    for cid, body, size in _chunks(raw, "<"):
         if cid == b"fmt " and size >= 16 and body + 16 <= len(raw):
             tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", raw[body:body + 16])
             if tag == 0xFFFE and size >= 40 and body + 40 <= len(raw):
@@ -225,7 +234,6 @@ def _pcm16_wav(raw: bytes):
             if fmt is None or fmt[0] != 1 or fmt[1] != 1 or fmt[3] != 16:
                 return None
             return body, min(body + size, len(raw)), fmt[2], False
-        i = body + size + (size & 1)
     return None
 
 
@@ -234,6 +242,8 @@ def _extended(b: bytes) -> float:
     exp, mant = struct.unpack(">HQ", b)
     sign = -1.0 if exp & 0x8000 else 1.0
     exp &= 0x7FFF
+    if exp - 16383 > 1023:   # infinity, NaN (exp 0x7FFF) or past a double's range: 2.0 ** would raise
+        return sign * math.inf
     return 0.0 if exp == 0 and mant == 0 else sign * mant * 2.0 ** (exp - 16383 - 63)
 
 
@@ -241,20 +251,17 @@ def _pcm16_aiff(raw: bytes):
     """(first sample byte, end, rate, True) of a mono 16-bit AIFF's sound data, else None."""
     if raw[:4] != b"FORM" or raw[8:12] != b"AIFF":
         return None
-    i, comm = 12, None
-    while i + 8 <= len(raw):
-        cid, size = raw[i:i + 4], struct.unpack(">I", raw[i + 4:i + 8])[0]
-        body = i + 8
+    comm = None
+    for cid, body, size in _chunks(raw, ">"):
         if cid == b"COMM" and size >= 18 and body + 18 <= len(raw):
             ch, frames, bits = struct.unpack(">HIH", raw[body:body + 8])
             rate = _extended(raw[body + 8:body + 18])
             comm = (ch, frames, bits, rate)
         elif cid == b"SSND" and body + 8 <= len(raw):
-            if comm is None or comm[0] != 1 or comm[2] != 16 or comm[3] != int(comm[3]):
+            if comm is None or comm[0] != 1 or comm[2] != 16 or not math.isfinite(comm[3]) or comm[3] != int(comm[3]):
                 return None
             offset = struct.unpack(">I", raw[body:body + 4])[0]
             start = body + 8 + offset
             end = min(start + 2 * comm[1], body + size, len(raw))
             return (start, end, int(comm[3]), True) if start <= end else None
-        i = body + size + (size & 1)
     return None
