@@ -104,3 +104,23 @@ def subprocess_env() -> dict:
 def leftovers(folder: Path) -> list[str]:
     """Temporary files a writer left behind."""
     return sorted(p.name for p in folder.iterdir() if "tmp" in p.name.lower())
+
+
+def gpu_marks(cp) -> list:
+    """A GPU test file's pytestmark: `cp = pytest.importorskip("cupy")` skips the file without CuPy,
+    then `pytestmark = gpu_marks(cp)` marks its tests `gpu` and skips them without a CUDA device (CI)."""
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception:  # CuPy installed, no driver
+        n = 0
+    return [pytest.mark.gpu, pytest.mark.skipif(n == 0, reason="no CUDA GPU")]
+
+
+def cuda_backend(precision: str):
+    """The CUDA backend at this precision; the test is skipped where that precision cannot run
+    (bf16 without ml_dtypes)."""
+    from bytemodel.ops.cuda_ops import CudaBackend
+    try:
+        return CudaBackend(precision)
+    except RuntimeError as e:
+        pytest.skip(str(e))

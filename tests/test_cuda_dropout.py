@@ -10,12 +10,10 @@ once, so it is within one rounding unit of the float64 reference on the same rou
 import numpy as np
 import pytest
 
+from conftest import cuda_backend, gpu_marks
+
 cp = pytest.importorskip("cupy")
-try:
-    _NGPU = cp.cuda.runtime.getDeviceCount()
-except Exception:  # no driver
-    _NGPU = 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+pytestmark = gpu_marks(cp)
 
 from bytemodel.model import Dropout, Model, dropout_key  # noqa: E402
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
@@ -25,11 +23,7 @@ UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "fp32": 1e-6}
 
 @pytest.fixture(scope="module", params=["fp16", "bf16", "fp32"])
 def ops(request):
-    from bytemodel.ops.cuda_ops import CudaBackend
-    try:
-        return CudaBackend(request.param)
-    except RuntimeError as e:  # bf16 without ml_dtypes
-        pytest.skip(str(e))
+    return cuda_backend(request.param)
 
 
 @pytest.mark.parametrize("shape,offset", [((37, 130), 0), ((64, 96), 123456), ((16, 8), 6), ((3, 2), 10 ** 9 + 1)])

@@ -17,12 +17,10 @@ import math
 import numpy as np
 import pytest
 
+from conftest import cuda_backend, gpu_marks
+
 cp = pytest.importorskip("cupy")
-try:
-    _NGPU = cp.cuda.runtime.getDeviceCount()
-except Exception:  # no driver
-    _NGPU = 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+pytestmark = gpu_marks(cp)
 
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
 from bytemodel.ops.host import rope_tables  # noqa: E402
@@ -32,11 +30,7 @@ TOL = {"fp16": 2e-3, "bf16": 1.6e-2, "fp32": 1e-5}
 
 @pytest.fixture(scope="module", params=["fp16", "fp32", "bf16"])
 def ops(request):
-    from bytemodel.ops.cuda_ops import CudaBackend
-    try:
-        return CudaBackend(request.param)
-    except RuntimeError as e:  # bf16 without ml_dtypes
-        pytest.skip(str(e))
+    return cuda_backend(request.param)
 
 
 def rel(a, b):
@@ -295,16 +289,12 @@ def test_flat_buffer_hooks(ops):
 def _model_pair(precision, **cfg_kw):
     from bytemodel.config import ModelConfig
     from bytemodel.model import Model, layout
-    from bytemodel.ops.cuda_ops import CudaBackend
     cfg = ModelConfig(**cfg_kw)
     cpu = Model(cfg, ref, dtype=np.float64)
     cpu.init_weights(seed=3)
     flat32 = cpu.params.astype(np.float32)
     cpu.load_flat(flat32)
-    try:
-        ops = CudaBackend(precision)
-    except RuntimeError as e:
-        pytest.skip(str(e))
+    ops = cuda_backend(precision)
     gpu = Model(cfg, ops, dtype=np.float32)
     gpu.load_flat(flat32)
     return cfg, cpu, gpu, layout(cfg)

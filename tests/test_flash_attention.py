@@ -15,12 +15,10 @@ import math
 import numpy as np
 import pytest
 
+from conftest import cuda_backend, gpu_marks
+
 cp = pytest.importorskip("cupy")
-try:
-    _NGPU = cp.cuda.runtime.getDeviceCount()
-except Exception:
-    _NGPU = 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+pytestmark = gpu_marks(cp)
 
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
 
@@ -28,12 +26,8 @@ _BACKENDS = {}
 
 
 def backend(precision):
-    from bytemodel.ops.cuda_ops import CudaBackend
     if precision not in _BACKENDS:
-        try:
-            _BACKENDS[precision] = CudaBackend(precision)
-        except RuntimeError as e:
-            pytest.skip(str(e))
+        _BACKENDS[precision] = cuda_backend(precision)
     return _BACKENDS[precision]
 
 

@@ -3,12 +3,10 @@ checkpoint generates the same bytes on the CPU. Skipped without CuPy and a GPU."
 import numpy as np
 import pytest
 
+from conftest import gpu_marks
+
 cp = pytest.importorskip("cupy")
-try:
-    _NGPU = cp.cuda.runtime.getDeviceCount()
-except Exception:  # CuPy installed, no driver
-    _NGPU = 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+pytestmark = gpu_marks(cp)
 
 import bytemodel  # noqa: E402
 from bytemodel import checkpoint as ck  # noqa: E402

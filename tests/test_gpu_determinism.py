@@ -23,12 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import cuda_backend, gpu_marks
+
 cp = pytest.importorskip("cupy")
-try:
-    _NGPU = cp.cuda.runtime.getDeviceCount()
-except Exception:  # CuPy installed, no driver
-    _NGPU = 0
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_NGPU == 0, reason="no CUDA GPU")]
+pytestmark = gpu_marks(cp)
 
 import bytemodel  # noqa: E402
 from bytemodel import checkpoint as ck  # noqa: E402
@@ -177,11 +175,7 @@ def _same_every_time(fn, times=5):
 
 @pytest.fixture(scope="module", params=PRECISIONS)
 def ops(request):
-    from bytemodel.ops.cuda_ops import CudaBackend
-    try:
-        return CudaBackend(request.param)
-    except RuntimeError as e:  # bf16 without ml_dtypes
-        pytest.skip(str(e))
+    return cuda_backend(request.param)
 
 
 @pytest.mark.parametrize("V,C", [(256, 128), (9000, 36)])   # rows kernel, sorted kernel
