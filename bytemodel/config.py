@@ -132,7 +132,8 @@ class TrainConfig:
     context: int = 0           # 0: the preset's context
     lr: float = 0.0            # peak learning rate; 0: the preset's (autoconf.PRESET_TRAIN)
     min_lr_ratio: float = 0.1  # cosine decays to lr * this
-    warmup: int = -1           # linear warmup steps; -1: the preset's (autoconf.PRESET_TRAIN)
+    warmup: int = -1           # linear warmup steps; -1: the preset's (autoconf.PRESET_TRAIN); a
+                               # warmup not shorter than the run is scaled to a tenth of it
     weight_decay: float = 0.1  # AdamW decoupled decay on matrices only
     beta1: float = 0.9
     beta2: float = 0.95

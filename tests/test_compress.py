@@ -261,6 +261,8 @@ def test_cli_round_trip_and_refusals(run_dir, other_run, tmp_path):
     code, out = _cli(["decompress", packed, "-c", run_dir])
     assert code == 0, out
     assert f.read_bytes() == (tmp_path / "orig.fa").read_bytes()
+    n = f.stat().st_size                    # a summary on success, as compress prints one
+    assert f"-> {n:,} bytes (SHA-256 checked" in out and str(f) in out, out
     # existing output: refused without --force, and left as it was
     code, out = _cli(["decompress", packed, "-c", run_dir])
     assert code != 0 and _one_error_line(out) and "--force" in out

@@ -24,7 +24,8 @@ LAYERS = [
     ("mtp",),                                     # multi-token heads
     ("model",),                                   # the transformer over the ops
     ("gradcheck", "checkpoint"),                  # finite differences; the file format
-    ("hf", "lineage"),                            # the Hugging Face format; a fine-tune's parent
+    ("hf", "lineage", "runinfo"),                 # the Hugging Face format; a fine-tune's parent;
+                                                  # what a run records about its data
     ("training", "decode"),                       # the wings: training; sampling, scoring, lockstep
     ("compress",),                                # the wing over decode (and train's optimizer)
     ("chat",),                                    # the chat REPL's engine

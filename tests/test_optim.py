@@ -76,3 +76,49 @@ def test_compressor_baselines_by_hand():
     rep = compress_bpb(rnd + rnd, tail_fraction=0.5)      # tail = head, exactly
     assert rep["zstd19_tail"] < 0.5 and rep["xz9_tail"] < 0.5
     assert 3.8 < rep["zstd19"] < 4.3                      # whole: the first copy still costs 8 bits
+
+
+def test_a_resume_to_more_steps_goes_on_from_the_rate_it_had():
+    """Issue 22: resuming a finished 60-step run to 120 made the rate jump 7.5x (cosine over the new
+    total). extend_schedule keeps it continuous: from the rate at the resume step, by cosine down to
+    the floor at the new total. The settings stay as they were (frozen); the extension is the
+    loop's state."""
+    from bytemodel.config import TrainConfig
+    from bytemodel.training.optim import extend_schedule
+    tc = TrainConfig(steps=60, lr=2e-3, warmup=10).freeze()
+
+    def rate(s, total, lf, t=tc):
+        return lr_at(s, t.lr, t.warmup, total, t.min_lr_ratio, lf)
+    before = [rate(s, 60, []) for s in range(60)]
+    lf, note = extend_schedule(tc, 60, 60, 120)
+    after = [rate(s, 120, lf) for s in range(60, 120)]
+    assert "schedule: 60 -> 120 steps" in note and lf
+    assert math.isclose(after[0], lr_at(60, 2e-3, 10, 60))            # where the old one was
+    assert after[0] <= before[-1] * 1.001                              # no jump (it was 7.5x)
+    assert all(b <= a + 1e-12 for a, b in zip(after, after[1:]))       # and it never rises
+    assert extend_schedule(tc, 60, 120, 120, lf) == (lf, "")            # the same plan: nothing changes
+    # a resume in the middle of a run: the rate goes on from its value there, down to the floor
+    mid = TrainConfig(steps=100, lr=1.0, warmup=10, min_lr_ratio=0.1)
+    was = rate(50, 100, [], mid)
+    lf, _ = extend_schedule(mid, 50, 100, 200)
+    assert math.isclose(rate(50, 200, lf, mid), was) and math.isclose(rate(200, 200, lf, mid), 0.1)
+    assert rate(51, 200, lf, mid) < was and rate(51, 200, lf, mid) > was - 0.01   # smooth: a small step down
+    # extended twice: the second goes on from the first's rate
+    was2 = rate(150, 200, lf, mid)
+    lf2, _ = extend_schedule(mid, 150, 200, 300, lf)
+    assert math.isclose(rate(150, 300, lf2, mid), was2) and rate(151, 300, lf2, mid) < was2
+    # inside the warmup the ramp goes on, then the cosine spans the new total
+    w = TrainConfig(steps=40, lr=1.0, warmup=20)
+    lf, note = extend_schedule(w, 5, 40, 80)
+    assert "warmup goes on" in note and not lf
+    assert rate(19, 80, lf, w) == 1.0 and math.isclose(rate(80, 80, lf, w), 0.1)
+
+
+def test_a_warmup_not_shorter_than_the_run_is_scaled():
+    from bytemodel.config import TrainConfig
+    from bytemodel.training.optim import fit_warmup
+    tc = TrainConfig(steps=30, lr=1.0, warmup=50)
+    note = fit_warmup(tc)
+    assert tc.warmup == 3 and "scaled to 3" in note
+    assert lr_at(29, tc.lr, tc.warmup, tc.steps, tc.min_lr_ratio) < 0.2   # it decays by the end
+    assert fit_warmup(TrainConfig(steps=30, warmup=29)) == ""

@@ -175,3 +175,22 @@ def test_resume_says_which_given_settings_it_ignores(run_copy):
     code, out = cli(["train", "--resume", "--out", run_copy, "--steps", "7", "-q", "--batch-size", "4"])
     assert code == 0 and "ignored" not in out, out
 
+
+def test_resume_to_more_steps_has_no_jump_in_the_rate(tmp_path, dna_file, fast_settings):
+    """Through the loop: the rate the metrics record at the first resumed step is no higher than at
+    the last step before (before the fix it jumped up to the new cosine's value)."""
+    import json
+    lines = []
+    bytemodel.train(dna_file, tmp_path / "r", steps=6, **fast_settings)
+    bytemodel.train(None, tmp_path / "r", resume=True, steps=12, log=lines.append)
+    lrs = [json.loads(l)["lr"] for l in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lrs) == 12 and lrs[6] <= lrs[5] * 1.0001, lrs
+    assert any(l.startswith("schedule: 6 -> 12 steps") for l in lines), lines
+
+
+def test_a_warmup_longer_than_the_run_is_scaled_with_a_note(tmp_path, dna_file, fast_settings):
+    from bytemodel import checkpoint as ck
+    lines = []
+    bytemodel.train(dna_file, tmp_path / "w", steps=5, **{**fast_settings, "warmup": -1}, log=lines.append)
+    assert ck.load(tmp_path / "w").train["config"]["warmup"] == 1          # tiny's 50 -> a tenth of 5
+    assert any("warmup 50 is not shorter than the run's 5 steps" in l for l in lines), lines

@@ -32,11 +32,13 @@ def train(
     ctx: typer.Context,
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
     preset: str = typer.Option(D.preset, help="Model size: tiny, small, base, or auto (by data size and device; docs/ARCHITECTURE.md)."),
-    steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count)."),
+    steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count; "
+                                        "a different count extends the schedule: the rate goes on from where it was, "
+                                        "by cosine decay to the floor at the new count, no new warmup)."),
     batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step (0: the preset's; tiny 16, small/base 32)."),
     context: int = typer.Option(D.context, help="Window length in tokens (0: the preset's)."),
     lr: float = typer.Option(D.lr, help="Peak learning rate, warmup then cosine decay (0: the preset's; tiny 2e-3, small 1e-3, base 6e-4)."),
-    warmup: int = typer.Option(D.warmup, help="Warmup steps (-1: the preset's)."),
+    warmup: int = typer.Option(D.warmup, help="Warmup steps (-1: the preset's; one not shorter than the run is scaled to a tenth of it, with a note)."),
     patience: int = typer.Option(D.patience, help=f"Stop after this many validations without a new best (default {D.patience}; 0: never)."),
     minutes: float = typer.Option(D.minutes, help="Time budget: plan the steps to fit it, from the measured step time (0: use --steps)."),
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
@@ -45,7 +47,7 @@ def train(
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
-    resume: bool = typer.Option(False, help="Continue the run in --out exactly where it stopped."),
+    resume: bool = typer.Option(False, help="Continue the run in --out exactly where it stopped (--steps N to go on to N)."),
     device: str = typer.Option(D.device, help="cpu, cuda or auto."),
     precision: str = typer.Option(D.precision, help="auto (fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16), fp32, fp16 or bf16."),
     reader: str = typer.Option(D.reader, help="Reader name (default: detected from the file)."),
@@ -81,6 +83,10 @@ def train(
     stops early when validation stops improving, and writes loss.png in the run directory.
     Example: bytemodel train --source genome.fa --steps 1000
     Example: bytemodel train --source genome.fa --device cuda --minutes 5
+    Example: bytemodel train --resume --out runs/genome-1 --steps 2000
+
+    The run records the reader that read its data (given, or detected: FASTA for .fa.gz) and the
+    byte values the data holds; generate, score, eval and compress use them.
 
     On a cluster: mpiexec -n 8 bytemodel train --source corpus.txt --device cuda --batch-size 256
     (--batch-size is the whole batch; each rank trains its share).
@@ -188,6 +194,8 @@ def generate(
     precision: str = typer.Option("fp32", help="On cuda: fp32 (the CPU's bytes), fp16 or bf16 (faster)."),
     samples: int = typer.Option(1, "--samples", "-N", help="Draw this many samples in one batched pass."),
     last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
+    any_byte: bool = typer.Option(False, "--any-byte", help="Sample any byte value, not only those the run's "
+                                  "data holds (the default: a DNA model writes only its genome's letters)."),
 ):
     """Generate bytes from a trained model (KV cache).
 
@@ -195,7 +203,11 @@ def generate(
     written as a valid file of the format (so a header given in the prompt, such as an image's
     size, reaches the writer). With --samples N: to stdout the samples one after another, each
     followed by a newline; with --out FILE one file per sample, FILE's name with .0, .1, ...
-    before its extension.
+    before its extension. To a terminal the output ends with a newline.
+
+    Only the byte values the run's data holds are sampled (--any-byte for all). Files are written
+    by the run's reader (recorded when it trained); --format must agree with --out's extension
+    (mp3 for x.mp3), else nothing is written.
     Example: bytemodel generate --bytes 4096 --out sample.fa
     """
     from .. import load
@@ -211,8 +223,8 @@ def generate(
         lm = load(checkpoint, device=device, precision=precision, last=last)
         if speculative and lm.cfg.mtp < 2:
             raise ConfigError("--speculative needs a model trained with multi-token heads (train with --mtp 2 or more)")
-        run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
-        data_prompt = _read_prompt(prompt) if prompt_file is None else _decode_prompt(prompt_file, run_reader)
+        _note_old_run(lm)
+        data_prompt = _read_prompt(prompt) if prompt_file is None else _decode_prompt(prompt_file, lm)
         stats, t0 = None, time.perf_counter()
         if speculative:
             from ..decode.speculative import SpecStats
@@ -225,7 +237,7 @@ def generate(
                            f"{stats.tokens_per_step:.2f} tokens per pass, {n / dt:,.0f} bytes/s", err=True)
         if samples > 1:
             _generate_samples(lm, n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document,
-                              samples, out, fmt, run_reader)
+                              samples, out, fmt, any_byte)
             return
         if out is None and not fmt:
             if sys.stdout is None:   # started with stdout closed (>&-)
@@ -233,22 +245,42 @@ def generate(
             stream = sys.stdout.buffer
             data = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document,
                                on_bytes=lambda b: (stream.write(b), stream.flush()),
-                               speculative=speculative, stats=stats)
+                               speculative=speculative, stats=stats, any_byte=any_byte)
+            if _to_terminal() and not data.endswith(b"\n"):   # the shell's prompt on its own line
+                stream.write(b"\n")
+                stream.flush()
             report(len(data))
             return
         if out is None:
             raise ConfigError("--format needs --out FILE")
+        from ..readers import output_reader
+        output_reader(out, fmt or None)   # a --format that contradicts the name: refused before generating
         data = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document,
-                           speculative=speculative, stats=stats)
+                           speculative=speculative, stats=stats, any_byte=any_byte)
         report(len(data))
-        _write(data_prompt + data, out, fmt, run_reader)
+        lm.write(data_prompt + data, out, fmt)
         typer.echo(f"wrote {len(data):,} generated bytes (after a {len(data_prompt):,}-byte prompt) to {out}",
                    err=True)
 
 
+def _to_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _note_old_run(lm) -> None:
+    """One line on stderr for a run trained before runs recorded their reader and byte values."""
+    note = lm.data.note(lm.path)
+    if note:
+        typer.echo(note, err=True)
+
+
 def _generate_samples(lm, n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document, samples,
-                      out, fmt, run_reader) -> None:
-    datas = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document, samples=samples)
+                      out, fmt, any_byte) -> None:
+    if out is not None:
+        from ..readers import output_reader
+        output_reader(out, fmt or None)
+    datas = lm.generate(n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document, samples=samples,
+                        any_byte=any_byte)
     if out is None:
         if fmt:
             raise ConfigError("--format needs --out FILE")
@@ -259,29 +291,16 @@ def _generate_samples(lm, n_bytes, data_prompt, temperature, top_k, top_p, seed,
         return
     for i, d in enumerate(datas):
         path = out.with_name(f"{out.stem}.{i}{out.suffix}")
-        _write(data_prompt + d, path, fmt, run_reader)
+        lm.write(data_prompt + d, path, fmt)
     typer.echo(f"wrote {samples} samples of {n_bytes:,} bytes to {out.with_name(out.stem + '.*' + out.suffix)}",
                err=True)
 
 
-def _decode_prompt(path: Path, run_reader: str) -> bytes:
+def _decode_prompt(path: Path, lm) -> bytes:
     """The first document of a file, decoded by the run's reader (or the one its extension picks)."""
-    from ..readers import read_documents
-    for doc in read_documents(path, run_reader or None):
+    for doc in lm.read(path):
         return doc
     raise ConfigError(f"{path} holds no data to prompt with")
-
-
-def _write(data: bytes, out: Path, fmt: str, run_reader: str) -> None:
-    """Write through the readers' writers: --format, else the extension's reader (with the run's
-    options when the run used that same reader), else the run's reader, else raw."""
-    from ..readers import output_reader, write_output
-    if not fmt:
-        by_ext = output_reader(out)
-        base = run_reader.split(":", 1)[0]
-        if run_reader and (by_ext.name == base or by_ext.name == "raw"):
-            fmt = run_reader
-    write_output(data, out, fmt or None)
 
 
 @app.command()
@@ -297,8 +316,9 @@ def score(
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 
-    The file is decoded by the run's reader (a FASTA file is scored on its bases, as the model was
-    trained), each document scored from its start; --raw scores the bytes as they are.
+    The file is decoded by the reader the run recorded (a FASTA file is scored on its bases, as
+    the model was trained, whatever its name), each document scored from its start; --raw scores
+    the bytes as they are.
     Example: bytemodel score held_out.fa
     """
     from ..readers import read_documents
@@ -316,7 +336,10 @@ def score(
                 settings = adapt_settings(lm)
         else:
             lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)
-        run_reader = str(lm.train_state.get("config", {}).get("reader", "") or "")
+        from .compress import _run_reader
+        run_reader = _run_reader(lm)     # the reader the run recorded (a fresh --preset model: none)
+        if not raw and getattr(lm, "data", None) is not None:
+            _note_old_run(lm)
         view = "raw" if raw else (run_reader or None)
         if settings is not None:
             from ..compress.driver import compress as api_compress
@@ -332,7 +355,8 @@ def score(
             bits, n = r["bits"], r["bytes"]
         if n == 0:
             raise ConfigError(f"{file} holds no data to score")
-        typer.echo(f"{file}: {bits / n:.4f} bits/byte ({bits:.0f} bits for {n:,} bytes)")
+        how = "as they are" if view == "raw" else f"read as {view}" if view else "read by detection"
+        typer.echo(f"{file}: {bits / n:.4f} bits/byte ({bits:.0f} bits for {n:,} bytes, {how})")
 
 
 @app.command()
@@ -394,6 +418,16 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
             val = t.get("val_bpb")
             val = f"{val:.4f}" if isinstance(val, (int, float)) and not isinstance(val, bool) else "none yet"
             typer.echo(f"trained: step {t.get('step')} of {planned} ({kind}), validation {val}{se} bits/byte")
+            from ..runinfo import RunData, describe_bytes
+            rd = RunData.of(t, str(ld.path))
+            if rd.recorded:
+                reader = (rd.reader if rd.reader else f"mixed ({', '.join(rd.readers)})" if rd.readers
+                          else "none (examples)")
+                typer.echo(f"data: {rd.source or '(not recorded)'}, reader {reader}, byte values "
+                           + (describe_bytes(rd.byte_values) if rd.byte_values is not None else "not known (any byte)"))
+            else:
+                typer.echo(f"data: {rd.source or '(not recorded)'}, reader {rd.reader or 'detected per file'} "
+                           f"(trained before runs recorded their reader and byte values)")
 
 
 # sub-commands that live in their own modules beside this one

@@ -15,7 +15,10 @@ SUFFIX = ".bmz"
 
 
 def _run_reader(lm) -> str:
-    return str(lm.train_state.get("config", {}).get("reader", "") or "")
+    """The reader spec the run recorded (runinfo: resolved when it trained; older runs: their
+    settings'); "" when not known (a fresh --adapt model, a directory read by several readers)."""
+    data = getattr(lm, "data", None)
+    return (data.reader if data is not None else None) or ""
 
 
 def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer):
@@ -116,12 +119,14 @@ def compress(
 def decompress(
     file: Path = typer.Argument(..., help="A .bmz file made by `bytemodel compress`."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c",
-                                              help="(default: the run under ./runs whose weights the "
-                                                   "file names, found by their SHA-256)"),
+                                              help="The run directory or checkpoint file that compressed it "
+                                                   "(default: the run under ./runs whose weights the file "
+                                                   "names, found by their SHA-256)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE without .bmz)."),
     device: str = typer.Option("", help="cpu or cuda (default: the device the file was compressed on)."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):
     """Decompress a .bmz file: the exact original bytes, checked against its SHA-256.
 
@@ -152,6 +157,9 @@ def decompress(
             lm = load(checkpoint, device=device or backend["device"], precision=backend.get("precision", "fp32"))
         data = api_decompress(lm, blob, workers=workers or None)
         write_atomic(out, data)
+        if not quiet:
+            typer.echo(f"{file}: {len(blob):,} -> {len(data):,} bytes (SHA-256 checked, as compressed) -> {out}",
+                       err=True)
 
 
 def eval_files(

@@ -10,6 +10,10 @@ Several samples (samples=N) run as one batch: the prompt is read once and its ca
 every sample; sample i draws from np.random.default_rng(seed + i). On the GPU the step runs on
 the device (ops/cuda_decode.py: sampling there too, a CUDA graph per step); the host only reads
 the sampled ids, in chunks.
+
+allowed (V,) bool: the ids that may be drawn (the run's byte set, runinfo.RunData.allowed_ids);
+the others get logit -inf before temperature, top-k and top-p. The on-device decoder has no mask:
+with one, generation on a GPU samples on the host (the cached forward still runs on the device).
 """
 from __future__ import annotations
 
@@ -37,10 +41,11 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None):
+              top_p=1.0, vocab: int | None = None, bias=None):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
-    When the cache is full, the recent half of the history is re-read into a fresh cache."""
+    When the cache is full, the recent half of the history is re-read into a fresh cache.
+    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn)."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
@@ -49,7 +54,11 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
     def prefill(ids):
         cache = model.new_cache(1, T)
         logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
-        return cache, len(ids), ops.to_numpy(logits[0, -1, :V]).astype(np.float64)
+        return cache, len(ids), masked(logits[0, -1, :V])
+
+    def masked(row):
+        z = ops.to_numpy(row).astype(np.float64)
+        return z if bias is None else z + bias
 
     cache, pos, logits = prefill(window.start(history, T))
     while True:
@@ -61,7 +70,7 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
             continue
         lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
         pos += 1
-        logits = ops.to_numpy(lg[0, -1, :V]).astype(np.float64)
+        logits = masked(lg[0, -1, :V])
 
 
 class _Outputs:
@@ -99,7 +108,8 @@ class _Outputs:
 
 def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b"", temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_at_doc_end: bool = False,
-             on_bytes=None, speculative: bool = False, stats=None, samples: int = 1, engine: str = "auto"):
+             on_bytes=None, speculative: bool = False, stats=None, samples: int = 1, engine: str = "auto",
+             allowed: np.ndarray | None = None):
     """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes,
     or with samples > 1 a list of that many independent samples drawn in one batched pass.
 
@@ -110,6 +120,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     the same distribution as plain sampling, fewer forward passes. stats: a SpecStats to fill.
     engine: "auto" (the backend's on-device decoder where it has one that takes the model: the
     GPU, gpu/decode.cu), "host" (the cached forward, sampling on the host), "device".
+    allowed: bool (V,) over the vocabulary, the ids that may be drawn (None: all).
     """
     if n_bytes < 0:
         raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
@@ -122,25 +133,32 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     _check_sampling(temperature, top_k, top_p)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    bias = None
+    if allowed is not None:
+        allowed = np.asarray(allowed, dtype=bool)
+        if allowed.shape != (tokenizer.vocab_size,) or not allowed.any():
+            raise ConfigError(f"allowed must be {tokenizer.vocab_size} booleans with at least one true")
+        bias = None if allowed.all() else np.where(allowed, 0.0, -np.inf)
     history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
     outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:
         return outs.result(samples)
     from ..ops import device_decoder
-    dec = device_decoder(model.ops) if engine != "host" and not speculative else None
+    dec = device_decoder(model.ops) if engine != "host" and not speculative and bias is None else None
     if dec is not None and dec.supports(model.cfg, tokenizer.vocab_size) is None:
         _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed)
         return outs.result(samples)
     if engine == "device":
-        raise ConfigError("no on-device decoder for this backend or model")
+        raise ConfigError("no on-device decoder for this backend or model" if bias is None else
+                          "the on-device decoder samples from every id: no byte mask (any_byte=True)")
     if samples > 1:
-        _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed)
+        _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed, bias)
         return outs.result(samples)
     rng = np.random.default_rng(seed)
     if speculative:
-        ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size)
+        ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
-        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size)
+        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias)
     for nxt in ids:
         outs.take(0, nxt)
         if outs.done[0]:
@@ -148,14 +166,17 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     return outs.result(1)
 
 
-def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
+def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed, bias=None):
     """N samples through the backend's batched cached forward (lockstep.Lockstep: the window
     policy above), sampling on the host, sample i from np.random.default_rng(seed + i)."""
     from .lockstep import Lockstep
     ops, V = model.ops, tokenizer.vocab_size
     rngs = [np.random.default_rng(seed + i) for i in range(N)]
     steps = Lockstep(model, N, model.cfg.context)
-    logits = ops.to_numpy(steps.start(window.start(outs.hist[0], model.cfg.context))[:, :V]).astype(np.float64)
+    def masked(rows):
+        z = ops.to_numpy(rows[:, :V]).astype(np.float64)
+        return z if bias is None else z + bias
+    logits = masked(steps.start(window.start(outs.hist[0], model.cfg.context)))
     while True:
         nxt = [sample_next(logits[i], rngs[i], temperature, top_k, top_p) if not outs.done[i] else 0
                for i in range(N)]
@@ -163,7 +184,7 @@ def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed):
             outs.take(i, nxt[i])
         if all(outs.done):
             return
-        logits = ops.to_numpy(steps.push(nxt)[:, :V]).astype(np.float64)
+        logits = masked(steps.push(nxt))
 
 
 def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, seed):

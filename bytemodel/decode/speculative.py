@@ -53,11 +53,12 @@ def _draw(p: np.ndarray, rng, greedy: bool) -> int:
 
 
 def speculative_ids(model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-                    top_p=1.0, stats: SpecStats | None = None, vocab: int | None = None):
+                    top_p=1.0, stats: SpecStats | None = None, vocab: int | None = None, bias=None):
     """Yields token ids sampled after `history` (a non-empty list of ids), one at a time.
 
     The model must have MTP heads (cfg.mtp >= 2). The caller stops the iteration when it has
-    enough. Greedy when temperature == 0.
+    enough. Greedy when temperature == 0. bias (V,) float64: added to every row of logits (0 or
+    -inf: the ids generation may not sample), for the target and the drafts alike.
     """
     cfg, ops = model.cfg, model.ops
     if cfg.mtp < 2:
@@ -69,7 +70,8 @@ def speculative_ids(model, history: list, rng: np.random.Generator, temperature=
     history = list(history)
 
     def probs(row) -> np.ndarray:
-        return sampling_probs(ops.to_numpy(row)[:V].astype(np.float64), temperature, top_k, top_p)
+        z = ops.to_numpy(row)[:V].astype(np.float64)
+        return sampling_probs(z if bias is None else z + bias, temperature, top_k, top_p)
 
     def prefill(ids):
         cache = model.new_cache(1, T)

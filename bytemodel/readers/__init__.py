@@ -104,9 +104,33 @@ def stream_documents(path: str | os.PathLike, reader: str | Reader | type[Reader
 
 def output_reader(path: str | os.PathLike, fmt: str | Reader | None = None) -> Reader:
     """The reader that writes ``path``: from ``fmt`` (a reader, reader spec, or extension such as
-    'png', 'wav', 'fa', 'zst', 'txt', 'raw'), else from the path's extension, else raw."""
+    'png', 'wav', 'fa', 'zst', 'txt', 'raw'), else from the path's extension, else raw.
+
+    A string ``fmt`` that contradicts the extension of ``path`` (``mp3`` for x.wav, ``fa`` for
+    x.png, ``raw`` for x.fa) is refused: a file's content never contradicts its name. A name no
+    reader claims (``sample``, ``x.out``) takes any format."""
     if isinstance(fmt, Reader):
         return fmt
+    if fmt:
+        r = _format_reader(path, fmt)
+        got = r.written_kind(path)     # what the writer puts in a file of this name
+        want = r.written_kind("x." + str(fmt).strip().lstrip(".").lower()) if _is_extension(fmt) else got
+        claimed = reader_for_extension(Path(path).name)
+        named = claimed().written_kind(path) if claimed is not None else None
+        if got != want or (claimed is not None and (claimed.name != r.name or named != got)):
+            raise ConfigError(f"--format {fmt} writes {want}, but the name {Path(path).name} "
+                              + (f"says {named}" if named and named != want else f"would get {got}")
+                              + ": give a name that matches, or another --format")
+        return r
+    cls = reader_for_extension(Path(path).name)
+    return cls() if cls is not None else get_reader("raw")
+
+
+def _is_extension(fmt) -> bool:
+    return str(fmt).strip().split(":", 1)[0].lower() not in _registered_names()
+
+
+def _format_reader(path, fmt) -> Reader:
     if fmt:
         name = str(fmt).strip()
         base = name.split(":", 1)[0].lower()

@@ -12,9 +12,12 @@ when lowering the rate, then linear interpolation.
 Options: ``rate=N`` (Hz, 1000..192000), ``encoding=mulaw|pcm16``, ``clip=SECONDS`` (cut each file
 into documents of that length; the last one may be shorter).
 
-``write`` turns any byte string into a playable 16-bit PCM mono WAV at ``rate`` (FLAC when the
-path ends in .flac); with pcm16 an odd trailing byte is dropped. Mu-law decode then encode gives
-back the same bytes, so read -> write -> read is exact.
+``write`` turns any byte string into a playable mono file at ``rate`` in the container its
+extension names (WRITES: .wav, .flac, .aiff, .au, .w64, .caf as 16-bit PCM; .ogg Vorbis, .opus,
+.mp3 where libsndfile was built with them; a name without an audio extension gets WAV); a
+container this libsndfile cannot write is refused in one line, never replaced by another. With
+pcm16 an odd trailing byte is dropped. Mu-law decode then encode gives back the same bytes, so
+read -> write -> read is exact for the lossless containers (WAV, FLAC, AIFF, AU, W64, CAF).
 
 ``split`` (the compressor's view): with ``encoding=pcm16``, a mono 16-bit PCM WAV or AIFF file at
 the reader's rate splits exactly into its samples as documents (little-endian, as ``read`` gives
@@ -88,6 +91,15 @@ def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
         x = np.convolve(x, h / h.sum(), mode="same")
     n_out = int(round(len(x) * dst / src))
     return np.interp(np.arange(n_out) * (src / dst), np.arange(len(x)), x)
+
+
+# extension -> (libsndfile format, subtype) that write() uses; the lossy ones need libsndfile
+# built with them (Vorbis/Opus: libsndfile >= 1.0.29 with libogg; MP3: >= 1.1 with mpg123/lame)
+WRITES = {".wav": ("WAV", "PCM_16"), ".wave": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"),
+          ".aif": ("AIFF", "PCM_16"), ".aiff": ("AIFF", "PCM_16"), ".au": ("AU", "PCM_16"),
+          ".snd": ("AU", "PCM_16"), ".w64": ("W64", "PCM_16"), ".caf": ("CAF", "PCM_16"),
+          ".ogg": ("OGG", "VORBIS"), ".oga": ("OGG", "VORBIS"), ".opus": ("OGG", "OPUS"),
+          ".mp3": ("MP3", "MPEG_LAYER_III")}
 
 
 def _rate(s) -> int:
@@ -202,11 +214,29 @@ class AudioReader(Reader):
             body = np.frombuffer(body, "<i2").astype(">i2").tobytes()
         return head + body + tail
 
+    def written_kind(self, path: str | os.PathLike) -> str:
+        ext = Path(path).suffix.lower()
+        return WRITES[ext][0] if ext in WRITES else ("?" + ext if ext in self.extensions else "WAV")
+
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         sf = need("soundfile", "soundfile", self.name)
+        ext = Path(path).suffix.lower()
+        if ext in self.extensions and ext not in WRITES:
+            raise SourceError(f"cannot write {ext} audio (it is read, not written): name the file .wav, .flac, "
+                              f"or another of {', '.join(sorted(WRITES))}")
+        fmt, subtype = WRITES.get(ext, ("WAV", "PCM_16"))
+        if not sf.check_format(fmt, subtype):
+            raise SourceError(f"this libsndfile ({sf.__libsndfile_version__}) cannot write {fmt} ({subtype}); "
+                              f"write .wav or .flac instead")
         samples = self.decode(data)
-        fmt = "FLAC" if Path(path).suffix.lower() == ".flac" else "WAV"
-        return write_atomic(path, lambda f: sf.write(f, samples, self.rate, format=fmt, subtype="PCM_16"), error=SourceError)
+
+        def put(f):
+            try:
+                sf.write(f, samples, self.rate, format=fmt, subtype=subtype)
+            except (RuntimeError, ValueError, TypeError) as e:   # e.g. Opus at a rate it does not take
+                raise SourceError(f"cannot write {Path(path).name} as {fmt} {subtype} at {self.rate} Hz: "
+                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        return write_atomic(path, put, error=SourceError)
 
 
 def _chunks(raw: bytes, order: str) -> Iterator[tuple[bytes, int, int]]:

@@ -195,6 +195,10 @@ class ImageReader(Reader):
         m = HEADER.match(doc)
         yield from tile_documents(m.group(1).decode(), int(m.group(2)), int(m.group(3)), doc[m.end():], n)
 
+    def written_kind(self, path: str | os.PathLike) -> str:
+        Image = need("PIL.Image", "pillow", self.name)
+        return Image.registered_extensions().get(Path(path).suffix.lower(), "PNG")
+
     def write(self, data: bytes, path: str | os.PathLike) -> Path:
         Image = need("PIL.Image", "pillow", self.name)
         default_mode = "L" if self.options.get("grayscale") else "RGB"

@@ -5,7 +5,7 @@
 
 Exact resume: the sampler is a pure function of (seed, step) and the checkpoint holds the weights,
 both AdamW moments, the optimizer's step count, the loss scale and the loop's own state (LoopState:
-the planned step count, why it stopped), so k steps + resume to n gives the same weights, bit for
+the planned step count, the schedule's extension, why it stopped), so k steps + resume to n gives the same weights, bit for
 bit, as n steps straight (shown on the CPU backend, on one machine).
 
 One path for every backend: the loop calls the op table (ops.global_norm, ops.adamw_step,
@@ -37,9 +37,9 @@ from ..validation import note_ignored_on_resume
 from . import distributed
 from .runner import Runner
 from .budget import Budget
-from .optim import LossScaler, lr_at
+from .optim import LossScaler, extend_schedule, lr_at
 from .prepare import Run, next_run_dir, prepare_ranks
-from .progress import ProgressBar
+from .progress import Progress
 from .watch import Watch
 
 LN2 = math.log(2)
@@ -71,10 +71,12 @@ class TrainResult:
 
 @dataclass
 class LoopState:
-    """What the run decides as it trains, as opposed to its settings (TrainConfig, frozen). `planned`
-    and `stop_reason` go into every checkpoint (train_state["loop"]); the rest is there already."""
+    """What the run decides as it trains, as opposed to its settings (TrainConfig, frozen). `planned`,
+    `lr_from` and `stop_reason` go into every checkpoint (train_state["loop"]); the rest is there already."""
     step: int = 0                    # optimizer steps done
     planned: int = 0                 # the steps the run takes: tc.steps, or the time budget's plan
+    lr_from: list = field(default_factory=list)   # [step, lr]: a resume changed the plan there; the
+                                     # rate decays from lr to the floor at `planned` (optim.extend_schedule)
     stop_reason: str = ""            # why the run stopped ("" while it runs)
     val_bpb: float | None = None     # the last validation (None before the first, or not finite)
     val_se: float | None = None
@@ -82,7 +84,7 @@ class LoopState:
     interrupted: bool = False
 
     def to_dict(self) -> dict:
-        return {"planned_steps": self.planned, "stop_reason": self.stop_reason}
+        return {"planned_steps": self.planned, "lr_from": self.lr_from, "stop_reason": self.stop_reason}
 
 
 def loss_weights(mask, scale: float, shape: tuple[int, int]):
@@ -108,6 +110,22 @@ def planned_steps(tc: TrainConfig, loaded, asked: int, budget: Budget) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0 or not isinstance(saved.get("stop_reason", ""), str):
         raise CheckpointError(f"{loaded.path}: the training state's loop state is not valid ({saved!r})")
     return n
+
+
+def saved_schedule(loaded) -> tuple[int, list]:
+    """The checkpoint's plan and schedule extension -> (planned steps, lr_from). Older checkpoints
+    have no extension ([]) and, older still, no loop state: their plan was the settings' steps."""
+    saved = loaded.train.get("loop", {})
+    if not isinstance(saved, dict):
+        saved = None
+    else:
+        n, lf = saved.get("planned_steps", loaded.train["config"].get("steps")), saved.get("lr_from", [])
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+        if (not isinstance(n, bool) and isinstance(n, int) and n > 0 and isinstance(lf, list)
+                and (lf == [] or (len(lf) == 2 and all(number(v) for v in lf) and float(lf[0]).is_integer()
+                                  and lf[0] >= 0 and lf[1] >= 0))):
+            return n, [int(lf[0]), float(lf[1])] if lf else []
+    raise CheckpointError(f"{loaded.path}: the training state's loop state is not valid ({saved!r})")
 
 
 class _StopFlag:
@@ -210,6 +228,7 @@ class Loop:
         if run.loaded is not None and self.state.planned <= self.state.step:
             raise ConfigError(f"the run is already at step {self.state.step}; "
                               f"give --steps larger than that to continue")
+        self.schedule_note = self._schedule(run.loaded)
         self.state.val_bpb, self.state.val_se = saved.get("val_bpb"), saved.get("val_se")
         self.plan_at = (self.budget.plan_step(tc.warmup, self.state.step)
                         if self.budget.enabled and not self.budget.planned else None)
@@ -241,6 +260,23 @@ class Loop:
         self.scaler.load_state(loaded.train.get("scaler", {"scale": self.scaler.scale, "good": 0}))
         self.state.step = int(loaded.train["step"])
 
+    def _schedule(self, loaded) -> str:
+        """A resumed run's schedule: the checkpoint's extension, extended again when the resume
+        changes the plan (the rate goes on from where it was); one line saying so, or ""."""
+        st = self.state
+        if loaded is None:
+            return ""
+        old, st.lr_from = saved_schedule(loaded)
+        if st.planned == UNPLANNED or old == UNPLANNED:   # a time budget not yet planned: its own rule
+            return ""
+        st.lr_from, note = extend_schedule(self.tc, st.step, old, st.planned, st.lr_from)
+        return note
+
+    def lr(self, s: int) -> float:
+        """The learning rate of (0-based) step s."""
+        tc = self.tc
+        return lr_at(s, tc.lr, tc.warmup, self.state.planned, tc.min_lr_ratio, self.state.lr_from)
+
     def _budget(self, saved: dict) -> Budget:
         spent_before, planned = saved.get("train_seconds", 0.0), saved.get("budget_planned", False)
         if (not isinstance(spent_before, (int, float)) or isinstance(spent_before, bool)
@@ -260,7 +296,7 @@ class Loop:
         that step."""
         st, tc, world, budget = self.state, self.tc, self.world, self.budget
         self._announce()
-        self.bar = ProgressBar(self.progress, None if st.planned == UNPLANNED else st.planned, st.step)
+        self.bar = Progress(self.progress, None if st.planned == UNPLANNED else st.planned, st.step)
         try:
             with _StopFlag() as stop, self.bar:
                 pending = None
@@ -305,7 +341,7 @@ class Loop:
         drop = Dropout(tc.seed, s) if self.cfg.dropout > 0 else None   # masks from (seed, step)
         self.model.grads[...] = 0
         losses = runner.loss_and_grad(x, y, weights, drop)   # this rank's rows; gradients summed over ranks
-        lr = lr_at(s, tc.lr, tc.warmup, self.state.planned, tc.min_lr_ratio)
+        lr = self.lr(s)
         ntok = tc.batch_size * T                    # the whole batch, over all ranks
         norm = runner.grad_norm_device()            # of the scaled gradients; no host wait
         self.opt.step(lr, grad_scale=1.0 / scale, clip=tc.grad_clip, norm=norm)
@@ -336,7 +372,7 @@ class Loop:
         tps = self.tok_since / max(time.perf_counter() - self.t_last, 1e-9)
         epoch = done * tc.batch_size * self.T / self.tokens_per_epoch
         rec = {"step": done, "epoch": epoch, "loss": loss, "bpb": loss / LN2 / self.bytes_per_token,
-               "grad_norm": norm, "lr": lr_at(done - 1, tc.lr, tc.warmup, st.planned, tc.min_lr_ratio),
+               "grad_norm": norm, "lr": self.lr(done - 1),
                "tokens_per_s": tps, "bytes_per_s": tps * self.bytes_per_token, "time": time.time()}
         spent = 0.0
         if boundary:
@@ -370,8 +406,7 @@ class Loop:
         for n in notes:
             self.warn(n)
         if ok:
-            self.bar.note(f"step {done} (epoch {epoch:.2f}): train {rec['bpb']:.3f}, "
-                          f"val {val:.4f} ± {se:.4f} bits/byte" + (" (best)" if new_best else ""))
+            self.bar.validation(done, epoch, rec["bpb"], val, se, new_best, rec["bytes_per_s"])
 
     def _stop_reason(self, done: int, stopping: bool) -> str:
         """Why the run stops after step `done` ("" if it goes on): a stop request, patience, the
@@ -417,7 +452,7 @@ class Loop:
                 "corpus_split": self.corpus.split, "val_bpb": st.val_bpb,
                 "val_se": st.val_se, "n_bytes": self.corpus.n_bytes, "watch": self.watch.state(),
                 "train_seconds": self.budget.elapsed(), "budget_planned": self.budget.planned,
-                "loop": st.to_dict()}
+                "loop": st.to_dict(), **({"data": self.run_.data} if self.run_.data is not None else {})}
 
     def save(self, force: bool):
         """The resume checkpoint (unless saving it would take over SAVE_SHARE of the time since the
@@ -462,6 +497,8 @@ class Loop:
         else:
             self.log(f"resuming {run_dir} at step {st.step} of "
                      f"{st.planned if st.planned != UNPLANNED else '(not yet planned)'}")
+        for line in self.run_.notes + ((self.schedule_note,) if self.schedule_note else ()):
+            self.log(line)
 
     def _result(self) -> TrainResult:
         tc, st, world, run_dir = self.tc, self.state, self.world, self.run_.run_dir

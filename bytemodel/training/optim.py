@@ -8,14 +8,58 @@ from __future__ import annotations
 import math
 
 
-def lr_at(step: int, max_lr: float, warmup: int, total: int, min_ratio: float = 0.1) -> float:
-    """Linear warmup over `warmup` steps, then cosine decay to min_ratio * max_lr at `total`."""
+def lr_at(step: int, max_lr: float, warmup: int, total: int, min_ratio: float = 0.1,
+          lr_from: list | tuple | None = None) -> float:
+    """Linear warmup over `warmup` steps, then cosine decay to min_ratio * max_lr at `total`.
+
+    lr_from (s0, lr0): the schedule was extended (a resume to another step count, see
+    extend_schedule) at step s0, where the rate was lr0; from s0 on the rate decays by cosine
+    from lr0 to the same floor at `total`, so it goes on from where it was, without a jump."""
+    floor = min_ratio * max_lr
+    if lr_from:
+        s0, lr0 = int(lr_from[0]), float(lr_from[1])
+        if step >= s0:
+            t = min(1.0, (step - s0) / max(1, total - s0))
+            return floor + (lr0 - floor) * 0.5 * (1 + math.cos(math.pi * t))
     if warmup > 0 and step < warmup:
         return max_lr * (step + 1) / warmup
     if total <= warmup:
         return max_lr
     t = min(1.0, (step - warmup) / max(1, total - warmup))
     return max_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def extend_schedule(tc, at: int, old_total: int, new_total: int, lr_from: list | None = None) -> tuple[list, str]:
+    """A resume at step `at` changes the run's total from old_total to new_total (tc: the run's
+    settings, read only; lr_from: the schedule's extension so far, [] for none): keep the rate
+    continuous. Past the warmup, the schedule from `at` on becomes a cosine from the rate step
+    `at` had under the old schedule down to the floor at the new total; inside the warmup the
+    ramp goes on and the cosine simply spans the new total (an earlier extension is dropped: it
+    starts after the warmup, so it never applies there).
+    -> (the new lr_from, [] for none; one line saying what the schedule became, "" if nothing changed)."""
+    lr_from = list(lr_from or [])
+    if new_total == old_total:
+        return lr_from, ""
+    floor = tc.min_lr_ratio * tc.lr
+    if at < tc.warmup:
+        return [], (f"schedule: {old_total} -> {new_total} steps; the warmup goes on to lr {tc.lr:.3g} at step "
+                    f"{tc.warmup}, then cosine decay to {floor:.3g} at step {new_total}")
+    lr0 = lr_at(at, tc.lr, tc.warmup, old_total, tc.min_lr_ratio, lr_from)
+    return [at, lr0], (f"schedule: {old_total} -> {new_total} steps; the rate goes on from {lr0:.3g} at step {at} "
+                       f"by cosine decay to {floor:.3g} at step {new_total} (no new warmup)")
+
+
+def fit_warmup(tc) -> str:
+    """A warmup as long as the run or longer would ramp the whole run and never decay: scale it
+    to a tenth of the run. `tc` is the draft of a fresh run's settings (before they are frozen).
+    Returns one line saying so ("" when the warmup fits)."""
+    if tc.warmup < tc.steps:
+        return ""
+    new = max(1, tc.steps // 10)
+    line = (f"note: warmup {tc.warmup} is not shorter than the run's {tc.steps} steps; "
+            f"scaled to {new} (a tenth of the run)")
+    tc.warmup = new
+    return line
 
 
 class AdamW:

@@ -5,6 +5,10 @@ a `Run` whose settings are frozen from then on: what the run decides while it tr
 step count, why it stopped) is the loop's state (training/loop.py), not a change to its settings.
 On resume the settings come from the checkpoint (checked strictly: a checkpoint is a file anyone
 can craft); only the HONOURED_ON_RESUME ones (validation.py) may be given anew.
+
+A fresh run also gets its data record (runinfo.run_data: the source, the resolved reader, the
+byte values) and, before the freeze, a warmup that fits its steps (optim.fit_warmup); what it
+changed is in Run.notes, for the loop to print.
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ class Run:
     corpus: object           # a Corpus (corpus.py) or an ExampleCorpus (pairs.py): the corpus protocol
     cfg: ModelConfig
     loaded: ckpt.Loaded | None = None
+    data: dict | None = None     # the run's data record (runinfo.py); None on ranks other than 0 and
+                                 # for a resumed run from before the record
+    notes: tuple = ()            # lines about settings prepare() changed (a warmup scaled to the run)
 
 
 def next_run_dir(source: str, root: Path = Path("runs")) -> Path:
@@ -104,7 +111,16 @@ def _reopen(given: TrainConfig) -> Run:
     if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
         raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
                           f"window of context {cfg.context}")
-    return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded)
+    return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded, loaded.train.get("data"))
+
+
+def _finish(tc: TrainConfig, run_dir: Path, tok: Tokenizer, corpus, cfg: ModelConfig) -> Run:
+    """A fresh run's Run: its warmup fitted to its steps (a time budget plans them later), its
+    data record, its settings frozen."""
+    from ..runinfo import run_data
+    from .optim import fit_warmup
+    note = "" if tc.minutes > 0 else fit_warmup(tc)
+    return Run(tc.freeze(), run_dir, tok, corpus, cfg, None, run_data(tc, corpus, tok), (note,) if note else ())
 
 
 def _prepare_finetune(tc: TrainConfig) -> Run:
@@ -117,7 +133,7 @@ def _prepare_finetune(tc: TrainConfig) -> Run:
     tc.validate()
     if tc.dropout >= 0:   # given: the fine-tune's own; otherwise the parent's
         cfg = ModelConfig.from_dict({**cfg.to_dict(), "dropout": tc.dropout})
-    return Run(tc.freeze(), run_dir, tok, corpus, cfg)
+    return _finish(tc, run_dir, tok, corpus, cfg)
 
 
 def _prepare_fresh(tc: TrainConfig) -> Run:
@@ -146,7 +162,7 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout})
-    return Run(tc.freeze(), run_dir, tok, corpus, cfg)
+    return _finish(tc, run_dir, tok, corpus, cfg)
 
 
 def _open_prepared(d: dict) -> Run:
