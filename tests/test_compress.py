@@ -289,7 +289,15 @@ def test_cli_eval_table_and_json(run_dir, lm, tmp_path):
     assert code == 0, out
     for name in ("model", "gzip -9", "bzip2 -9", "xz -9e", "zstd -19", "total"):
         assert name in out
-    code, out = _cli(["eval", fa, txt, "-c", run_dir, "--json"])
+    code, out = _cli(["eval", fa, "-c", run_dir, "--json"])   # the run read its data as text: so is x.fa
+    assert code == 0 and [r["view"] for r in json.loads(out)["files"]] == ["as-is"], out
+    from bytemodel import checkpoint as ck
+    ld = ck.load(run_dir / ck.BEST_NAME)                           # the same weights, a run that read FASTA
+    fasta_run = tmp_path / "fasta_run"
+    fasta_run.mkdir()
+    ck.save(fasta_run / ck.BEST_NAME, ld.cfg, ld.tokenizer, ld.params,
+            {**ld.train, "data": {**ld.train["data"], "reader": "fasta"}})
+    code, out = _cli(["eval", fa, "-c", fasta_run, "--json"])
     assert code == 0, out
     res = json.loads(out)
     raw = fa.read_bytes()
@@ -301,7 +309,9 @@ def test_cli_eval_table_and_json(run_dir, lm, tmp_path):
     assert seq["view"].startswith("fasta") and seq["bytes"] == 1200
     assert seq["model_bits"] == pytest.approx(lm.score(_dna(1200, seed=8))["bits"])
     tot = res["totals"][0]
-    assert tot["bytes"] == len(raw) + 700
+    assert tot["bytes"] == len(raw)
+    code, out = _cli(["eval", fa, txt, "-c", run_dir, "--json"])
+    assert code == 0 and json.loads(out)["totals"][0]["bytes"] == len(raw) + 700, out
     code, out = _cli(["eval", tmp_path / "missing.bin", "-c", run_dir])
     assert code != 0 and _one_error_line(out)
 
