@@ -108,13 +108,14 @@ class LanguageModel:
     def write(self, data: bytes, path, fmt: str = "") -> Path:
         """Write bytes (a prompt and what was generated) as a file: as `fmt` (a reader spec or an
         extension), else by the path's extension, with the run's reader options where the run
-        used that reader; a path no reader claims gets the run's reader (raw if not known)."""
-        from .readers import output_reader, write_output
+        used that reader; a name no reader claims (x.out) gets the run's reader (raw if not
+        known), one the raw reader claims (x.bin) the bytes as they are."""
+        from .readers import get_reader, reader_for_extension, write_output
         run_reader = self.data.reader or ""
         if not fmt and run_reader:
-            by_ext = output_reader(path)
-            if by_ext.name in (run_reader.split(":", 1)[0], "raw"):
-                fmt = run_reader
+            claimed = reader_for_extension(Path(path).name)   # x.bin stays raw, x.png an image
+            if claimed is None or claimed.name == run_reader.split(":", 1)[0]:
+                return write_output(data, path, get_reader(run_reader))
         return write_output(data, path, fmt or None)
 
     def score(self, data: bytes) -> dict:
