@@ -83,6 +83,8 @@ def test_the_mask_restricts_every_sampling_path():
     assert set(generate(model, tok, 300, seed=0, allowed=allowed)) <= set(b"ACGT")
     assert all(set(d) <= set(b"ACGT") for d in generate(model, tok, 100, seed=0, samples=3, allowed=allowed))
     assert set(generate(model, tok, 50, top_k=2, allowed=allowed)) <= set(b"ACGT")
+    # greedy ends: <doc> (no bytes) is masked too, else it could win every draw
+    assert len(generate(model, tok, 50, temperature=0, allowed=allowed)) == 50
 
 
 def test_byte_values_through_merges():

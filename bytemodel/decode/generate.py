@@ -12,7 +12,9 @@ the device (ops/cuda_decode.py: sampling there too, a CUDA graph per step); the 
 the sampled ids, in chunks.
 
 allowed (V,) bool: the ids that may be drawn (the run's byte set, runinfo.RunData.allowed_ids);
-the others get logit -inf before temperature, top-k and top-p. The on-device decoder has no mask:
+the others get logit -inf before temperature, top-k and top-p, and so does <doc> unless generation
+stops at a document's end (it gives no bytes, and under a mask it could win every draw; greedy
+would then loop). The on-device decoder has no mask:
 with one, generation on a GPU samples on the host (the cached forward still runs on the device).
 """
 from __future__ import annotations
@@ -139,6 +141,10 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         if allowed.shape != (tokenizer.vocab_size,) or not allowed.any():
             raise ConfigError(f"allowed must be {tokenizer.vocab_size} booleans with at least one true")
         bias = None if allowed.all() else np.where(allowed, 0.0, -np.inf)
+        if bias is not None and not stop_at_doc_end and allowed.sum() > 1:
+            # <doc> gives no bytes: with a mask that has cut the likeliest bytes it can win every
+            # draw (greedy: forever); the output is one stream, so documents do not end in it
+            bias[tokenizer.doc_id] = -np.inf
     history = [tokenizer.doc_id] + [int(i) for i in tokenizer.encode(prompt)]
     outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:
