@@ -116,6 +116,9 @@ def output_reader(path: str | os.PathLike, fmt: str | Reader | None = None) -> R
         got = r.written_kind(path)     # what the writer puts in a file of this name
         want = r.written_kind("x." + str(fmt).strip().lstrip(".").lower()) if _is_extension(fmt) else got
         claimed = reader_for_extension(Path(path).name)
+        ext = "." + str(fmt).strip().lstrip(".").lower()
+        if _is_extension(fmt) and Path(path).name.lower().endswith(ext):
+            claimed = None    # the name ends in that very extension (lambda.fa.zst for zst): no contradiction
         named = claimed().written_kind(path) if claimed is not None else None
         if got != want or (claimed is not None and (claimed.name != r.name or named != got)):
             raise ConfigError(f"--format {fmt} writes {want}, but the name {Path(path).name} "
