@@ -145,3 +145,32 @@ def test_bad_samples(lm):
         lm.generate(10, samples=0)
     with pytest.raises(ConfigError):
         lm.generate(10, samples=2, on_bytes=print)
+
+
+def test_draws_that_give_no_bytes_end_a_sample_instead_of_looping(lm, monkeypatch):
+    """A model whose likeliest id is always <doc> (greedy on a barely trained one) gave no bytes
+    for ever without stopping at a document's end: generation never returned. Now a sample ends
+    after MAX_EMPTY_DRAWS such draws in a row, short, on the plain and the batched path, and the
+    CLI says so in one note. The fake sampler raises past 4x the cap, so without it this fails
+    instead of hanging."""
+    import bytemodel.decode.generate as g
+    from tests.conftest import cli
+    calls = []
+
+    def stuck(logits, rng, *a, **k):
+        calls.append(1)
+        if len(calls) > 4 * g.MAX_EMPTY_DRAWS:
+            raise AssertionError("generation kept drawing ids that give no bytes")
+        return 65 if len(calls) <= 3 else lm.tokenizer.doc_id      # 'A' three times, then <doc> only
+    monkeypatch.setattr(g, "sample_next", stuck)
+    assert lm.generate(100) == b"AAA" and len(calls) == 3 + g.MAX_EMPTY_DRAWS
+    calls.clear()
+    a, b = lm.generate(100, samples=2)                                 # the batched path: both stop
+    assert (a, b) == (b"AA", b"A") and len(calls) == 3 + 2 * g.MAX_EMPTY_DRAWS   # draws alternate
+    calls.clear()
+    code, out = cli(["generate", "-c", lm.path, "-n", "100", "--any-byte"])
+    assert code == 0 and "stopped short (3 of 100 bytes" in out, out
+    # a sparse <doc> now and then resets the count: a long output is still produced in full
+    calls.clear()
+    monkeypatch.setattr(g, "sample_next", lambda *a, **k: (calls.append(1), 67 if len(calls) % 50 else lm.tokenizer.doc_id)[1])
+    assert lm.generate(600) == b"C" * 600

@@ -75,6 +75,12 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         logits = masked(lg[0, -1, :V])
 
 
+# draws in a row that give no bytes (<doc> when not stopping there, a chat special) after which a
+# sample ends short: a model whose likeliest id is always <doc> would otherwise loop for ever
+# (greedy on a barely trained model does). A real stream has a byte-giving id far sooner.
+MAX_EMPTY_DRAWS = 256
+
+
 class _Outputs:
     """Per-sample bytes, fed histories and the stop rules, shared by the host and device loops."""
 
@@ -83,6 +89,7 @@ class _Outputs:
         self.out = [bytearray() for _ in range(n)]
         self.hist = [list(history) for _ in range(n)]   # every id fed to the model, per sample
         self.done = [n_bytes == 0] * n
+        self.empty = [0] * n                            # draws in a row that gave no bytes
 
     def take(self, i: int, tok: int) -> None:
         self.hist[i].append(tok)
@@ -94,9 +101,10 @@ class _Outputs:
         out = self.out[i]
         chunk = self.tok.vocab[tok][: self.n_bytes - len(out)]
         out += chunk
+        self.empty[i] = 0 if chunk else self.empty[i] + 1
         if self.on_bytes is not None and chunk:
             self.on_bytes(chunk)
-        if len(out) >= self.n_bytes:
+        if len(out) >= self.n_bytes or self.empty[i] >= MAX_EMPTY_DRAWS:
             self.done[i] = True
 
     def need(self) -> int:
@@ -114,6 +122,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
              allowed: np.ndarray | None = None):
     """Sample until n_bytes bytes are produced (or a document ends, if asked). Returns the bytes,
     or with samples > 1 a list of that many independent samples drawn in one batched pass.
+    A sample that draws MAX_EMPTY_DRAWS ids in a row that give no bytes ends there, short.
 
     The prompt is not included in the output. An empty prompt starts a new document.
     on_bytes(chunk) is called with each produced chunk (for streaming output; one sample only).
