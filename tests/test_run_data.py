@@ -129,3 +129,24 @@ def test_a_finetune_adds_its_parents_bytes(fasta_run, tmp_path):
     values = ck.load(ft.run_dir).train["data"]["byte_values"]
     assert values == sorted(set(b"ACGTN"))
     assert json.loads(json.dumps(values)) == values
+
+
+def test_compress_codes_the_view_of_the_recorded_reader(fasta_run, tmp_path):
+    """compress takes the reader the run recorded (its settings say "" when it was detected): a
+    FASTA run codes a .fa file's bases; the same weights recorded as a text run code the file's
+    bytes as they are, where detection alone would pick FASTA. Both decode to the exact original."""
+    pytest.importorskip("constriction")
+    from tests.conftest import cli
+    fa, run, seq = fasta_run
+    code, out = cli(["compress", fa, "-c", run, "-o", tmp_path / "a.bmz"])
+    assert code == 0 and "fasta split: 1 document(s)" in out, out
+    ld = ck.load(run / ck.BEST_NAME)
+    text_run = tmp_path / "text_run"
+    text_run.mkdir()
+    ck.save(text_run / ck.BEST_NAME, ld.cfg, ld.tokenizer, ld.params,
+            {**ld.train, "data": {**ld.train["data"], "reader": "text"}})
+    code, out = cli(["compress", fa, "-c", text_run, "-o", tmp_path / "b.bmz"])
+    assert code == 0 and "fasta split" not in out, out
+    for name, r in (("a", run), ("b", text_run)):
+        code, out = cli(["decompress", tmp_path / f"{name}.bmz", "-c", r, "-o", tmp_path / name])
+        assert code == 0 and (tmp_path / name).read_bytes() == fa.read_bytes(), out
