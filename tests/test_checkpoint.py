@@ -27,7 +27,8 @@ def _rewrite(path, **train):
 
 def test_loop_state_is_saved_and_an_older_checkpoint_resumes_the_same(tmp_path, dna_file, fast_settings):
     straight = bytemodel.train(dna_file, tmp_path / "a", steps=10, **fast_settings)
-    assert ck.load(straight.checkpoint).train["loop"] == {"planned_steps": 10, "stop_reason": "finished 10 steps"}
+    assert ck.load(straight.checkpoint).train["loop"] == {"planned_steps": 10, "lr_from": [],
+                                                        "stop_reason": "finished 10 steps"}
     part = bytemodel.train(dna_file, tmp_path / "b", steps=10, stop_at=4, **fast_settings)
     st = ck.load(part.checkpoint).train
     assert st["loop"]["planned_steps"] == 10 and st["loop"]["stop_reason"].startswith("interrupted: saved step 4")
@@ -40,7 +41,10 @@ def test_loop_state_is_saved_and_an_older_checkpoint_resumes_the_same(tmp_path, 
 
 
 @pytest.mark.parametrize("loop", [{"planned_steps": 0}, {"planned_steps": True}, {"planned_steps": "9"},
-                                  {"planned_steps": 9, "stop_reason": 3}, [9]])
+                                  {"planned_steps": 9, "stop_reason": 3}, [9],
+                                  {"planned_steps": 9, "lr_from": [1]}, {"planned_steps": 9, "lr_from": [1.5, 1e-3]},
+                                  {"planned_steps": 9, "lr_from": [-1, 1e-3]}, {"planned_steps": 9, "lr_from": [1, "x"]},
+                                  {"planned_steps": 9, "lr_from": {"step": 1}}])
 def test_a_crafted_loop_state_is_refused(tmp_path, dna_file, fast_settings, loop):
     part = bytemodel.train(dna_file, tmp_path / "r", steps=8, stop_at=2, **fast_settings)
     _rewrite(tmp_path / "r", **{**ck.load(part.checkpoint).train, "loop": loop})
@@ -249,3 +253,30 @@ def test_kill_during_save_again_and_again(tmp_path):
     assert steps == list(range(1, 13))
     assert set(os.listdir(run)) == CORE_FILES                # no temp file survives
 
+
+
+def test_an_extended_schedule_is_saved_and_older_checkpoints_extend_the_same(tmp_path, dna_file, fast_settings):
+    """Resuming 6 -> 12 extends the schedule (LoopState.lr_from, in the checkpoint's "loop"); a run
+    interrupted inside the extension resumes on it, to the same weights; a checkpoint from before
+    lr_from existed, or before the loop state, extends the same way."""
+    import json
+    for name in ("a", "b", "c", "d"):
+        bytemodel.train(dna_file, tmp_path / name, steps=6, **fast_settings)
+    straight = bytemodel.train(None, tmp_path / "a", resume=True, steps=12)
+    lf = ck.load(straight.checkpoint).train["loop"]["lr_from"]
+    assert lf and lf[0] == 6
+    bytemodel.train(None, tmp_path / "b", resume=True, steps=12, stop_at=9)
+    assert ck.load(tmp_path / "b").train["loop"]["lr_from"] == lf
+    bytemodel.train(None, tmp_path / "b", resume=True)                   # on to 12 on the extension
+    st = ck.load(tmp_path / "c").train
+    _rewrite(tmp_path / "c", **{**st, "loop": {k: v for k, v in st["loop"].items() if k != "lr_from"}})
+    _rewrite(tmp_path / "d", **{k: v for k, v in ck.load(tmp_path / "d").train.items() if k != "loop"})
+    for name in ("c", "d"):
+        bytemodel.train(None, tmp_path / name, resume=True, steps=12)
+    want = ck.load(straight.checkpoint).params
+
+    def lrs(name):
+        return [json.loads(ln)["lr"] for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    for name in ("b", "c", "d"):
+        assert np.array_equal(ck.load(tmp_path / name).params, want), name
+        assert lrs(name) == lrs("a"), name
