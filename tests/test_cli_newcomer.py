@@ -87,3 +87,13 @@ def test_info_rounds_and_generate_ends_a_terminal_line(audio_run, monkeypatch):
     monkeypatch.setattr(cli, "_to_terminal", lambda: True)
     r = runner.invoke(app, ["generate", "-c", str(audio_run), "-n", "10", "--any-byte"])
     assert r.exit_code == 0 and r.stdout_bytes.endswith(b"\n") and len(r.stdout_bytes) in (10, 11)
+
+
+def test_a_format_the_name_ends_in_is_no_contradiction(tmp_path):
+    """lambda.fa.zst with --format zst: the name ends in the format's extension, though the
+    extension rule (the longest claimed suffix) names it FASTA inside zstd; x.fa with zst is refused."""
+    from bytemodel.errors import ConfigError
+    from bytemodel.readers import output_reader
+    assert output_reader(tmp_path / "lambda.fa.zst", "zst").name == "zstd"
+    with pytest.raises(ConfigError, match="--format zst"):
+        output_reader(tmp_path / "lambda.fa", "zst")
