@@ -5,8 +5,8 @@
 
 Exact resume: the sampler is a pure function of (seed, step) and the checkpoint holds the weights,
 both AdamW moments, the optimizer's step count, the loss scale and the loop's own state (LoopState:
-the planned step count, the schedule's extension, why it stopped), so k steps + resume to n gives the same weights, bit for
-bit, as n steps straight (shown on the CPU backend, on one machine).
+the planned step count, the schedule's extension, why it stopped), so k steps + resume to n gives
+the same weights, bit for bit, as n steps straight (shown on the CPU backend, on one machine).
 
 One path for every backend: the loop calls the op table (ops.global_norm, ops.adamw_step,
 ops.fetch_async) and never asks which device it runs on.

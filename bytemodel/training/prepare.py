@@ -111,6 +111,8 @@ def _reopen(given: TrainConfig) -> Run:
     if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
         raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
                           f"window of context {cfg.context}")
+    from ..runinfo import RunData
+    RunData.of(loaded.train, str(loaded.path))      # a crafted data record is refused, not carried on
     return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded, loaded.train.get("data"))
 
 
