@@ -154,7 +154,7 @@ def test_draws_that_give_no_bytes_end_a_sample_instead_of_looping(lm, monkeypatc
     CLI says so in one note. The fake sampler raises past 4x the cap, so without it this fails
     instead of hanging."""
     import bytemodel.decode.generate as g
-    from tests.conftest import cli
+    from conftest import cli
     calls = []
 
     def stuck(logits, rng, *a, **k):

@@ -136,7 +136,7 @@ def test_compress_codes_the_view_of_the_recorded_reader(fasta_run, tmp_path):
     FASTA run codes a .fa file's bases; the same weights recorded as a text run code the file's
     bytes as they are, where detection alone would pick FASTA. Both decode to the exact original."""
     pytest.importorskip("constriction")
-    from tests.conftest import cli
+    from conftest import cli
     fa, run, seq = fasta_run
     code, out = cli(["compress", fa, "-c", run, "-o", tmp_path / "a.bmz"])
     assert code == 0 and "fasta split: 1 document(s)" in out, out
