@@ -523,11 +523,26 @@ def test_image_content_is_pixel_exact(lm, tmp_path):
         lm.compress(buf.getvalue(), reader="image", content=True)
 
 
+def _recorded_as(run_dir, where, reader):
+    """The run's best weights as a run that recorded `reader` (None: not known, so each file is
+    read by the reader detection picks for it)."""
+    from bytemodel import checkpoint as ck
+    ld = ck.load(run_dir / ck.BEST_NAME)
+    where.mkdir()
+    ck.save(where / ck.BEST_NAME, ld.cfg, ld.tokenizer, ld.params,
+            {**ld.train, "data": {**ld.train["data"], "reader": reader}})
+    return where
+
+
 def test_cli_summary_names_the_view(run_dir, tmp_path):
     f = tmp_path / "s.fa"
     f.write_bytes(_fasta_file(900, seed=32))
-    code, out = _cli(["compress", f, "-c", run_dir])       # the run's reader is '' : detected, fasta
+    code, out = _cli(["compress", f, "-c", run_dir, "-o", tmp_path / "as_text.bmz"])
+    assert code == 0 and "the text reader's document is the file" in out, out   # the run read text
+    fasta_run = _recorded_as(run_dir, tmp_path / "fasta_run", "fasta")
+    code, out = _cli(["compress", f, "-c", fasta_run])
     assert code == 0 and "fasta split" in out, out
+    run_dir = _recorded_as(run_dir, tmp_path / "detecting_run", None)   # each file by its detected reader
     w = tmp_path / "s.wav"
     w.write_bytes(samples()["audio"])
     code, out = _cli(["compress", w, "-c", run_dir])
@@ -545,5 +560,5 @@ def test_cli_summary_names_the_view(run_dir, tmp_path):
     header, payload = bmz.read(blob)
     header["original"]["sha256"] = "0" * 64
     (tmp_path / "lie.bmz").write_bytes(bmz._pack(header, payload))
-    code, out = _cli(["decompress", tmp_path / "lie.bmz", "-c", run_dir])
+    code, out = _cli(["decompress", tmp_path / "lie.bmz", "-c", fasta_run])
     assert code != 0 and _one_error_line(out) and not (tmp_path / "lie").exists(), out
