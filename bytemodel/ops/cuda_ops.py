@@ -673,10 +673,7 @@ class CudaBackend:
         N, F2 = h.shape
         F = F2 // 2
         out = self._empty((N, F))
-        vec = F % 8 == 0
-        total = N * F // (8 if vec else 1)
-        self._fn("swiglu_fwd_v8" if vec else "swiglu_fwd", "swiglu.cu")((_blocks(total),), (256,),
-                                                           (h, out, _i64(N), _i32(F)))
+        self._swiglu("fwd", N, F, h, out)
         return out, h
 
     def swiglu_backward(self, dout, cache):
@@ -686,11 +683,16 @@ class CudaBackend:
         N, F2 = h.shape
         F = F2 // 2
         dh = self._empty((N, F2))
+        self._swiglu("bwd", N, F, dout, h, dh)
+        return dh
+
+    def _swiglu(self, kind: str, N: int, F: int, *arrays) -> None:
+        """Launch gpu/swiglu.cu's forward or backward ("fwd", "bwd") over N rows of F outputs: the
+        8-wide kernel where F is a multiple of 8, else the one-element kernel."""
         vec = F % 8 == 0
         total = N * F // (8 if vec else 1)
-        self._fn("swiglu_bwd_v8" if vec else "swiglu_bwd", "swiglu.cu")((_blocks(total),), (256,),
-                                                           (dout, h, dh, _i64(N), _i32(F)))
-        return dh
+        self._fn(f"swiglu_{kind}_v8" if vec else f"swiglu_{kind}", "swiglu.cu")((_blocks(total),), (256,),
+                                                                     (*arrays, _i64(N), _i32(F)))
 
     # ------------------------------------------------------------------ cross-entropy
     def cross_entropy_forward(self, logits, targets, mask=None):
