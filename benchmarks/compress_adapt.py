@@ -56,7 +56,7 @@ def model(spec: str):
 def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decompress: bool = True) -> dict:
     lm = model(mspec)
     raw = open(path, "rb").read()
-    spec = str(lm.train_state.get("config", {}).get("reader", "") or "")
+    spec = getattr(lm, "reader", "")             # the run's recorded reader, as compress takes it; fresh: none
     reader = get_reader(spec) if spec else detect(path)
     mode, _, streams = mode.partition("/")
     a = settings(lm, lr=float(mode.split("@")[1]) if "@" in mode else None) if mode.startswith("adapt") else None

@@ -22,7 +22,7 @@ from bytemodel.decode.speculative import SpecStats
 
 def bench(run, heldout, device, n, temperature, rounds, prompt):
     lm = bytemodel.load(run, device=device)
-    reader = str(lm.train_state.get("config", {}).get("reader", "") or "") or None
+    reader = lm.reader or None                   # the reader the run recorded (runinfo.py)
     data = b"".join(read_documents(heldout, reader))
     bpb = lm.score(data)["bits_per_byte"] if heldout else float("nan")
     lm.generate(16, prompt, temperature, seed=0)                      # warm up (and compile)
