@@ -36,6 +36,8 @@ class ModelConfig:
     mtp_weight: float = 0.3      # the heads' auxiliary loss weight (mean over heads)
     dropout: float = 0.0         # drop probability on the embedding and both residual branches of
                                  # every layer while training (0: none; checkpoints before it: 0)
+    dropout_attn: float = 0.0    # drop probability on the attention probabilities while training
+                                 # (0: none; checkpoints before it: 0; the NumPy backend only)
 
     def __post_init__(self):
         if self.n_kv_heads == 0:
@@ -68,6 +70,9 @@ class ModelConfig:
         if not (isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool)
                 and 0 <= self.dropout <= MAX_DROPOUT):
             raise ConfigError(f"dropout must be a number in [0, {MAX_DROPOUT}], got {self.dropout!r}")
+        if not (isinstance(self.dropout_attn, (int, float)) and not isinstance(self.dropout_attn, bool)
+                and 0 <= self.dropout_attn <= MAX_DROPOUT):
+            raise ConfigError(f"dropout_attn must be a number in [0, {MAX_DROPOUT}], got {self.dropout_attn!r}")
         for f in ("rope_theta", "norm_eps", "init_std"):
             v = getattr(self, f)
             if not (v > 0 and math.isfinite(v)):
@@ -146,6 +151,7 @@ class TrainConfig:
     patience: int = 5          # stop after this many validations without a new best; 0: never
     dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
                                # bytes and device (training/autoconf.py)
+    dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: 0 for a new run, a fine-tune keeps its parent's
     minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (training/budget.py)
     device: str = "cpu"
     precision: str = "auto"    # auto: fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16
@@ -203,6 +209,8 @@ class TrainConfig:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of auto, {', '.join(PRESETS)}")
         if not (self.dropout == -1 or 0 <= self.dropout <= MAX_DROPOUT):
             raise ConfigError(f"dropout must be auto or in [0, {MAX_DROPOUT}], got {self.dropout}")
+        if not (self.dropout_attn == -1 or 0 <= self.dropout_attn <= MAX_DROPOUT):
+            raise ConfigError(f"dropout-attn must be in [0, {MAX_DROPOUT}], got {self.dropout_attn}")
         if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
         from .validation import check_train_numbers

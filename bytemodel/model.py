@@ -30,7 +30,8 @@ ALIGN = 64
 # it computes. Each copy of the block declares the same (compress/cpu_engine.py, ops/cuda_decode.py);
 # tests/test_engines.py lists ModelConfig's fields against every one, so a new field fails there.
 FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "context", "rope_theta",
-           "norm_eps", "tie_embeddings", "init_std", "mtp", "mtp_design", "mtp_weight", "dropout")
+           "norm_eps", "tie_embeddings", "init_std", "mtp", "mtp_design", "mtp_weight", "dropout",
+           "dropout_attn")
 IGNORES = {}
 
 
@@ -85,9 +86,13 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+ATTN_SITE = 1 << 40   # dropout site of layer i's attention probabilities: ATTN_SITE + i
+
+
 def dropout_key(seed: int, step: int, site: int) -> tuple[int, int]:
     """The two uint32 words the dropout ops hash with, from (seed, step, site). Sites: 0 the
-    embedding, 1 + 2i layer i's attention branch, 2 + 2i its MLP branch."""
+    embedding, 1 + 2i layer i's attention branch, 2 + 2i its MLP branch, ATTN_SITE + i its
+    attention probabilities."""
     k = _mix64(_mix64(_mix64(seed) ^ step) ^ site)
     return k & 0xFFFFFFFF, k >> 32
 
@@ -202,6 +207,13 @@ class Model:
         return self.ops.dropout_forward(y, self.cfg.dropout, dropout_key(drop.seed, drop.step, site),
                                         off, residual=x)
 
+    def _attn_drop(self, drop, i: int, B: int, T: int):
+        """Layer i's attention-probability dropout (p, key, offset) for the ops, or None."""
+        if drop is None or self.cfg.dropout_attn == 0:
+            return None
+        return (self.cfg.dropout_attn, dropout_key(drop.seed, drop.step, ATTN_SITE + i),
+                drop.row0 * self.cfg.n_heads * T * T)
+
     def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0, drop=None):
         """Layer i: x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x)). x (N, C) -> (x, saved).
 
@@ -212,7 +224,8 @@ class Model:
         pos % S_max, over the one S_max positions back, and it attends to all S_max slots (a
         sliding window; RoPE's scores depend only on relative positions, and keys keep the
         rotation of their own absolute position, so no key moves).
-        drop (a Dropout, training only): both residual branches go through dropout first.
+        drop (a Dropout, training only): both residual branches go through dropout first (p =
+        cfg.dropout), and the attention probabilities (p = cfg.dropout_attn).
         """
         o, cfg = self.ops, self.cfg
         H, K = cfg.n_heads, cfg.n_kv_heads
@@ -234,14 +247,15 @@ class Model:
         if cache is not None and T == 1:                                       # one new token a sequence
             a, lse = o.attention_decode(q, kc, vc, S), None                    # (B, H, 1, D)
         else:
-            a, lse = o.attention_forward(q, k, v)                              # (B, H, T, D)
+            ad = self._attn_drop(drop, i, B, T) if cache is None else None
+            a, lse = o.attention_forward(q, k, v, drop=ad)                     # (B, H, T, D)
         am = o.merge_heads_forward(a)                                          # (N, H*D)
         x, d1 = self._drop(o.matmul_forward(am, W[p + "wo"]), x, drop, 1 + 2 * i, T)   # residual
         h2, n2 = o.rmsnorm_forward(x, W[p + "mlp_norm"], cfg.norm_eps)        # (N, C)
         u = o.matmul_forward(h2, W[p + "w_gateup"])                            # (N, 2F)
         s, sw = o.swiglu_forward(u)                                            # (N, F)
         x, d2 = self._drop(o.matmul_forward(s, W[p + "w_down"]), x, drop, 2 + 2 * i, T)  # residual
-        return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2)
+        return x, (h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2, drop)
 
     # ------------------------------------------------------------------ training passes
     def forward(self, idx, targets, mask=None, heads: bool = False, drop=None):
@@ -252,7 +266,7 @@ class Model:
         pass; scoring and validation need only the next-token losses, so they leave them out.
         drop: a Dropout (training steps only; None, the default, is every other use: validation,
         scoring, generation, compression): the embedding and every residual branch are dropped
-        with p = cfg.dropout."""
+        with p = cfg.dropout, the attention probabilities with p = cfg.dropout_attn."""
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
         N, C = B * T, cfg.d_model
@@ -297,7 +311,7 @@ class Model:
         dx = o.rmsnorm_backward(dx, nf, G["norm_f"], residual=dmtp)
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
-            h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2 = acts[i]
+            h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2, drop = acts[i]
             dy = dx if d2 is None else o.dropout_backward(dx, d2)                  # the branch's
             ds = o.matmul_backward(dy, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
             du = o.swiglu_backward(ds, sw)                                         # (N, 2F)
@@ -306,7 +320,8 @@ class Model:
             dy = dx if d1 is None else o.dropout_backward(dx, d1)
             dam = o.matmul_backward(dy, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
             da = o.merge_heads_backward(dam, B, H, T, D)                           # (B, H, T, D)
-            dq, dk, dv = o.attention_backward(da, q, k, v, a, lse)
+            ad = self._attn_drop(drop, i, B, T)                                  # the forward's mask
+            dq, dk, dv = o.attention_backward(da, q, k, v, a, lse, drop=ad)
             dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
             dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
             dx = o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"], residual=dx)      # + residual

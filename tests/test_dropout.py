@@ -1,5 +1,6 @@
 """Dropout: the mask's rule checked by hand, the op's gradient, the model's gradients with a fixed
-mask (float64), the masks of a batch split over threads, off outside training, exact resume."""
+mask (float64), the masks of a batch split over threads, off outside training, exact resume; the
+same for the attention probabilities' dropout, and its refusal on the GPU."""
 from __future__ import annotations
 
 import numpy as np
@@ -110,11 +111,103 @@ def test_slices_draw_the_masks_of_the_whole_batch():
     assert not np.allclose(m.grads, grads[0], rtol=1e-2, atol=1e-4)
 
 
+def _qkv(rng, B=2, H=4, K=2, T=7, D=4):
+    return (rng.standard_normal((B, H, T, D)), rng.standard_normal((B, K, T, D)),
+            rng.standard_normal((B, K, T, D)), rng.standard_normal((B, H, T, D)))
+
+
+def test_attention_mask_is_the_rule_over_the_whole_score_array():
+    """Probability (b, h, i, j) is element offset + ((b H + h) T + i) S + j of dropout_keep's
+    counter: the blocked op's mask, read back from its output, is that array's causal part."""
+    B, H, T = 2, 4, 7
+    key, p, offset = dropout_key(2, 9, 1 << 40), 0.5, 13
+    whole = o.dropout_keep(B * H * T * T, key, offset, p).reshape(B, H, T, T)
+    for q0, q1 in ((0, 3), (3, 7)):
+        keep, scale = o._attn_keep((p, key, offset), B, H, T, T, q0, q1, q1)
+        np.testing.assert_array_equal(keep, whole[:, :, q0:q1, :q1])
+    # the op: v = identity rows picks out each kept probability (dropped ones read 0)
+    q, k = np.zeros((B, H, T, T)), np.zeros((B, 2, T, T))   # equal scores: P = 1 / (i + 1)
+    v = np.broadcast_to(np.eye(T), (B, 2, T, T)).copy()
+    out, _ = o.attention_forward(q, k, v, block=3, drop=(p, key, offset))
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    np.testing.assert_array_equal(out != 0, whole & causal)
+    np.testing.assert_allclose(out[out != 0], (scale / (np.arange(T)[:, None] + 1) * np.ones(T))[
+        np.nonzero(whole & causal)[2:]], rtol=1e-12)
+
+
+def test_attention_dropout_backward_against_finite_differences():
+    """q, k, v gradients of the op with a fixed mask, float64, blocks of 3 over 7 queries (the
+    mask drawn per block must be the same in both passes); blocked = unblocked."""
+    rng = np.random.default_rng(3)
+    q, k, v, dout = _qkv(rng)
+    drop = (0.4, dropout_key(1, 2, 1 << 40), 5)
+    out, lse = o.attention_forward(q, k, v, block=3, drop=drop)
+    np.testing.assert_allclose(out, o.attention_forward(q, k, v, drop=drop)[0], rtol=1e-12, atol=1e-14)
+    plain = o.attention_forward(q, k, v, block=3)[0]
+    assert np.abs(out - plain).max() > 0.1                 # the mask acts
+    grads = o.attention_backward(dout, q, k, v, out, lse, block=3, drop=drop)
+    eps = 1e-6
+    for n, (x, g) in enumerate(zip((q, k, v), grads)):
+        num = np.zeros_like(x)
+        for i in np.ndindex(x.shape):
+            a = [q, k, v]
+            a[n] = x.copy()
+            a[n][i] += eps
+            fp = np.sum(o.attention_forward(*a, block=3, drop=drop)[0] * dout)
+            a[n][i] -= 2 * eps
+            fm = np.sum(o.attention_forward(*a, block=3, drop=drop)[0] * dout)
+            num[i] = (fp - fm) / (2 * eps)
+        np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-7)   # float64 centred differences: ~1e-9 seen
+
+
+def test_model_gradients_with_attention_dropout():
+    """Every tensor against finite differences in float64 with the attention masks fixed; off
+    without a Dropout (validation, scoring, generation, compression pass none)."""
+    cfg = tiny_config(dropout_attn=0.3)
+    worst = max(c.max_rel_error for c in check_model(cfg, per_tensor=4, drop=Dropout(5, 11)))
+    assert worst <= 1e-4, worst
+    m = Model(cfg, o, dtype=np.float64)
+    m.init_weights(0)
+    idx = np.arange(2 * cfg.context).reshape(2, -1) % cfg.vocab_size
+    plain = m.forward(idx, idx)
+    assert not np.allclose(m.forward(idx, idx, drop=Dropout(5, 11)), plain)
+    m0 = Model(tiny_config(), o, dtype=np.float64)
+    m0.params[:] = m.params
+    np.testing.assert_array_equal(m0.forward(idx, idx), plain)
+
+
+def test_attention_masks_of_slices_are_those_of_the_whole_batch():
+    from bytemodel.training.runner import CoreParallel
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, d_ff=48, context=16, dropout_attn=0.25)
+    idx = np.random.default_rng(1).integers(0, 40, size=(4, 16))
+    grads = []
+    for workers, step in ((1, 3), (2, 3), (1, 4)):
+        m = Model(cfg, o)
+        m.init_weights(0)
+        CoreParallel(m, workers).loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(0, step))
+        grads.append(m.grads.copy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)   # float32 sums, in another order
+    assert not np.allclose(grads[2], grads[0], rtol=1e-2, atol=1e-4)        # another step, other masks
+
+
+def test_attention_dropout_is_refused_on_the_gpu():
+    """The FlashAttention kernels draw no mask: a GPU run asking for it stops before it starts."""
+    from bytemodel.ops import ATTENTION_DROPOUT_NOT_ON_GPU, check_trainable
+    check_trainable(ModelConfig(dropout_attn=0.2), "cpu")
+    check_trainable(ModelConfig(dropout=0.2), "cuda")
+    with pytest.raises(ConfigError, match="not on the GPU yet") as e:
+        check_trainable(ModelConfig(dropout_attn=0.2), "cuda")
+    assert str(e.value) == ATTENTION_DROPOUT_NOT_ON_GPU and "\n" not in str(e.value)
+
+
 def test_dropout_setting_is_checked():
     assert ModelConfig.from_dict({"d_model": 64}).dropout == 0.0   # a checkpoint from before it
+    assert ModelConfig.from_dict({"d_model": 64}).dropout_attn == 0.0
     for bad in (-0.1, 0.95, float("nan"), True):
         with pytest.raises(ConfigError):
             ModelConfig(dropout=bad)
+        with pytest.raises(ConfigError):
+            ModelConfig(dropout_attn=bad)
 
 
 def test_resume_with_dropout_is_bit_identical(tmp_path, dna_file, fast_settings):
@@ -122,12 +215,13 @@ def test_resume_with_dropout_is_bit_identical(tmp_path, dna_file, fast_settings)
     the same run without dropout ends elsewhere (so the masks were really applied)."""
     import bytemodel
     from bytemodel import checkpoint as ck
-    s = {**fast_settings, "dropout": 0.2}
+    s = {**fast_settings, "dropout": 0.2, "dropout_attn": 0.1}
     straight = bytemodel.train(dna_file, tmp_path / "a", steps=9, **s)
     bytemodel.train(dna_file, tmp_path / "b", steps=9, stop_at=5, **s)
     resumed = bytemodel.train(None, tmp_path / "b", resume=True)
     a, b = ck.load(straight.checkpoint), ck.load(resumed.checkpoint)
-    assert a.cfg.dropout == 0.2 and np.array_equal(a.params, b.params) and np.array_equal(a.m, b.m)
+    assert a.cfg.dropout == 0.2 and a.cfg.dropout_attn == 0.1   # recorded in the checkpoint
+    assert np.array_equal(a.params, b.params) and np.array_equal(a.m, b.m)
     plain = bytemodel.train(dna_file, tmp_path / "c", steps=9, **{**fast_settings, "dropout": 0.0})
     assert not np.array_equal(ck.load(plain.checkpoint).params, a.params)
 
@@ -139,6 +233,8 @@ def test_cli_dropout_flag(tmp_path, dna_file):
     assert r.exit_code == 2 and "error:" in r.output and "--dropout" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout", "0.95", "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "dropout" in r.output
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout-attn", "0.95", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "error:" in r.output and "dropout-attn" in r.output and "Traceback" not in r.output
 
 
 def test_auto_dropout_rule():

@@ -44,6 +44,8 @@ def train(
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
     dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
                                 "P in [0, 0.9], or auto (by training bytes and device; benchmarks/README.md)."),
+    dropout_attn: float = typer.Option(0.0, "--dropout-attn", help="Dropout on the attention probabilities while "
+                                       "training, P in [0, 0.9] (default 0; CPU only: not on the GPU yet)."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
@@ -104,7 +106,7 @@ def train(
             raise ConfigError(f"steps must be positive, got {steps}")
         settings = dict(preset=preset, steps=steps or (0 if resume else D.steps), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
-                        dropout=drop,
+                        dropout=drop, dropout_attn=dropout_attn,
                         seed=seed, device=device, precision=precision, reader=reader, merges=merges, tokenizer=tokenizer,
                         workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
                         patience=patience, minutes=minutes, baseline=baseline and not resume,

@@ -111,7 +111,8 @@ FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
            "norm_eps", "tie_embeddings")
 IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the multi-token heads are not run",
            "mtp_design": "the multi-token heads are not run", "mtp_weight": "training only",
-           "dropout": "training steps only (Model.forward with a Dropout)"}
+           "dropout": "training steps only (Model.forward with a Dropout)",
+           "dropout_attn": "training steps only (Model.forward with a Dropout)"}
 
 
 class CpuLockstep:

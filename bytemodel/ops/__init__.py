@@ -63,6 +63,18 @@ def gpu_capability() -> tuple[int, int]:
     return int(cc[:-1]), int(cc[-1])
 
 
+ATTENTION_DROPOUT_NOT_ON_GPU = ("attention dropout (--dropout-attn) is not on the GPU yet (the FlashAttention "
+                                "kernels draw no mask); train with --device cpu or --dropout-attn 0")
+
+
+def check_trainable(cfg, device: str) -> None:
+    """Refuse, before a run starts, a model config the device's backend cannot train yet: dropout
+    on the attention probabilities (cfg.dropout_attn) is in the NumPy reference only. device: a
+    resolved one (resolve_device)."""
+    if device != "cpu" and cfg.dropout_attn > 0:
+        raise ConfigError(ATTENTION_DROPOUT_NOT_ON_GPU)
+
+
 def resolve_device(device: str) -> str:
     if device not in DEVICES:
         raise ConfigError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")

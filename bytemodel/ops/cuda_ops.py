@@ -103,6 +103,15 @@ def _module(file: str, precision: str):
     return _MODULES[key]
 
 
+def _no_attention_dropout(drop):
+    """Attention-probability dropout needs its mask inside the FlashAttention kernels (not built;
+    ops.check_trainable refuses such a run before it starts, this is the backstop for the API)."""
+    if drop is not None and drop[0] > 0:
+        from ..errors import ConfigError
+        from . import ATTENTION_DROPOUT_NOT_ON_GPU
+        raise ConfigError(ATTENTION_DROPOUT_NOT_ON_GPU)
+
+
 def _i32(x):
     return np.int32(x)
 
@@ -510,12 +519,15 @@ class CudaBackend:
             st = self._strides(x)
         return x, st
 
-    def attention_forward(self, q, k, v, block=None):
+    def attention_forward(self, q, k, v, block=None, drop=None):
         """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) fp32 (natural log).
 
         FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); otherwise cuBLAS + softmax.
         The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
+        drop: attention-probability dropout is not on the GPU yet (training/prepare.py refuses a
+        run asking for it before it gets here).
         """
+        _no_attention_dropout(drop)
         if not self._flash_ok(q, k):
             return self._attention_forward_ref(q, k, v)
         B, H, T, D = q.shape
@@ -565,10 +577,11 @@ class CudaBackend:
                                 _f32(scale_log2)))   # one split: `part` and `tickets` are not touched
         return att.astype(self.act_dtype).reshape(B, H, 1, D)
 
-    def attention_backward(self, dout, q, k, v, out, lse, block=None):
+    def attention_backward(self, dout, q, k, v, out, lse, block=None, drop=None):
         """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
         On the flash path dq is fp32 (the kernel's scaled accumulator; qkv_rope_backward reads it
-        as it is, with no cast pass), dk and dv the activation dtype."""
+        as it is, with no cast pass), dk and dv the activation dtype. drop: as attention_forward's."""
+        _no_attention_dropout(drop)
         if not self._flash_ok(q, k):
             return self._attention_backward_ref(dout, q, k, v, out, lse)
         B, H, T, D = q.shape

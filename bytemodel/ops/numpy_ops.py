@@ -204,8 +204,36 @@ def attention_decode(q, kc, vc, n):
     return attention_forward(q, kc[:, :, :n], vc[:, :, :n])[0]
 
 
-def attention_forward(q, k, v, block=ATTN_BLOCK):
-    """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) (natural log)."""
+def _attn_keep(drop, B, H, T, S, q0, q1, kend):
+    """drop = (p, key, offset) -> the attention-probability mask of queries q0..q1-1, keys
+    0..kend-1: bool (B, H, q1 - q0, kend), True where kept, and the kept ones' scale. Probability (b, h, i, j) (query i, key j; S keys a row) is element
+    offset + ((b H + h) T + i) S + j of the hash's counter (offset: the first row's in the whole
+    batch), drawn by the rule of dropout_keep, so a block, a batch slice or the CUDA twin's tile
+    regenerates the same bits."""
+    p, key, offset = drop
+    thr, scale = dropout_threshold(p)
+    if offset < 0 or offset + B * H * T * S > 4 * 2 ** 32:
+        raise ValueError("attention dropout counter outside 0 .. 2^32 words: batch too large")
+    g = (np.arange(B * H, dtype=np.int64)[:, None, None] * T + np.arange(q0, q1)[:, None]) * S
+    g = g + np.arange(kend) + offset                               # (B H, b, kend)
+    h = (g >> 2).astype(np.uint32)
+    h ^= np.uint32(key[0])
+    _fmix32(h)
+    h ^= np.uint32(key[1])
+    _fmix32(h)
+    byte = (h >> ((g & 3).astype(np.uint32) << np.uint32(3))) & np.uint32(0xFF)
+    return (byte >= thr).reshape(B, H, q1 - q0, kend), scale
+
+
+def _attn_dropped(drop):
+    return drop is not None and drop[0] > 0
+
+
+def attention_forward(q, k, v, block=ATTN_BLOCK, drop=None):
+    """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) (natural log).
+
+    drop (training only): (p, key, offset): the probabilities P = softmax(scores) are dropped
+    after the softmax, out = (P * keep * scale) V (the mask of _attn_keep); lse stays that of P."""
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     G = H // K
@@ -222,6 +250,9 @@ def attention_forward(q, k, v, block=ATTN_BLOCK):
         s -= m
         np.exp(s, out=s)                                          # unnormalised probabilities
         l = s.sum(axis=-1, keepdims=True)
+        if _attn_dropped(drop):                                   # dropped after the sum: lse is P's
+            keep, sc = _attn_keep(drop, B, H, T, S, q0, q1, kend)
+            s = np.where(keep.reshape(s.shape), s * s.dtype.type(sc), s.dtype.type(0))
         o = np.matmul(s, v[:, :, None, :kend])
         o /= l
         out[:, :, :, q0:q1] = o
@@ -229,10 +260,13 @@ def attention_forward(q, k, v, block=ATTN_BLOCK):
     return out.reshape(B, H, T, D), lse.reshape(B, H, T)
 
 
-def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
+def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK, drop=None):
     """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
 
-    FlashAttention-2 style: the probabilities are recomputed per block from lse.
+    FlashAttention-2 style: the probabilities are recomputed per block from lse. drop: the
+    forward's (p, key, offset); its mask is drawn again per block (none is stored):
+    dV = (P Z)^T dO, dP = Z (dO V^T), dS = P (dP - rowsum(dO * O)) with Z = keep * scale (the
+    rowsum still equals rowsum(P dP), as O is the dropped output).
     """
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
@@ -253,8 +287,15 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK):
         _mask_diagonal(p)
         p -= lseg[:, :, :, q0:q1, None]
         np.exp(p, out=p)                                                 # (B, K, G, b, kend)
-        dv[:, :, :kend] += _sum_groups(np.matmul(p.swapaxes(-1, -2), dob))
-        ds = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))      # dP (B, K, G, b, kend)
+        if _attn_dropped(drop):
+            keep, sc = _attn_keep(drop, B, H, T, S, q0, q1, kend)
+            z = np.where(keep.reshape(p.shape), p.dtype.type(sc), p.dtype.type(0))   # Z
+            dv[:, :, :kend] += _sum_groups(np.matmul((p * z).swapaxes(-1, -2), dob))
+            ds = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))  # d(P Z)
+            ds *= z                                                      # dP
+        else:
+            dv[:, :, :kend] += _sum_groups(np.matmul(p.swapaxes(-1, -2), dob))
+            ds = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))  # dP (B, K, G, b, kend)
         ds -= delta[:, :, :, q0:q1, None]
         ds *= p                                                          # dS = P * (dP - delta)
         dqb = np.matmul(ds, k[:, :, None, :kend])

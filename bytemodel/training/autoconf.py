@@ -91,6 +91,8 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> 
         tc.preset = auto_preset(train_bytes, device, cores)
     if tc.dropout == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
         tc.dropout = auto_dropout(train_bytes, device)
+    if tc.dropout_attn == -1 and train_bytes is not None:   # not swept: off unless asked for
+        tc.dropout_attn = 0.0
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
     d = PRESET_TRAIN[tc.preset]

@@ -338,7 +338,7 @@ class Loop:
         x, y, mask = self.corpus.sample(tc.batch_size, T, tc.seed, s)   # the whole batch (B, T)
         scale = self.scaler.scale
         weights, counted = loss_weights(mask, scale, x.shape)
-        drop = Dropout(tc.seed, s) if self.cfg.dropout > 0 else None   # masks from (seed, step)
+        drop = Dropout(tc.seed, s) if self.cfg.dropout or self.cfg.dropout_attn else None   # masks from (seed, step)
         self.model.grads[...] = 0
         losses = runner.loss_and_grad(x, y, weights, drop)   # this rank's rows; gradients summed over ranks
         lr = self.lr(s)

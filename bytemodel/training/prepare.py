@@ -20,7 +20,7 @@ from .. import checkpoint as ckpt
 from ..config import PRESETS, ModelConfig, TrainConfig, preset as make_preset
 from ..corpus import build_corpus, open_corpus
 from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError
-from ..ops import resolve_device
+from ..ops import check_trainable, resolve_device
 from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
@@ -73,6 +73,7 @@ def prepare(tc: TrainConfig, resume: bool = False) -> Run:
     if resume:
         return _reopen(tc)
     tc.validate()
+    check_trainable(tc, resolve_device(tc.device))   # early, before the corpus; _finish checks the model's
     if not tc.source:
         raise SourceError("no source given (--source PATH)")
     if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
@@ -108,6 +109,7 @@ def _reopen(given: TrainConfig) -> Run:
                               f"(its tokens, split or size differ)")
     corpus.verify(loaded.cfg.vocab_size, run_dir)    # its files hashed again
     cfg = loaded.cfg
+    check_trainable(cfg, resolve_device(tc.device))
     if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
         raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
                           f"window of context {cfg.context}")
@@ -119,6 +121,7 @@ def _reopen(given: TrainConfig) -> Run:
 def _finish(tc: TrainConfig, run_dir: Path, tok: Tokenizer, corpus, cfg: ModelConfig) -> Run:
     """A fresh run's Run: its warmup fitted to its steps (a time budget plans them later), its
     data record, its settings frozen."""
+    check_trainable(cfg, resolve_device(tc.device))
     from ..runinfo import run_data
     from .optim import fit_warmup
     note = "" if tc.minutes > 0 else fit_warmup(tc)
@@ -133,8 +136,9 @@ def _prepare_finetune(tc: TrainConfig) -> Run:
         tc.preset = next((n for n, p in PRESETS.items() if p["d_model"] == cfg.d_model), "tiny")
     resolve(tc, resolve_device(tc.device))
     tc.validate()
-    if tc.dropout >= 0:   # given: the fine-tune's own; otherwise the parent's
-        cfg = ModelConfig.from_dict({**cfg.to_dict(), "dropout": tc.dropout})
+    given = {f: getattr(tc, f) for f in ("dropout", "dropout_attn") if getattr(tc, f) >= 0}
+    if given:   # given: the fine-tune's own; otherwise the parent's
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), **given})
     return _finish(tc, run_dir, tok, corpus, cfg)
 
 
@@ -163,7 +167,8 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     resolve(tc, resolve_device(tc.device), train_bytes, cores())
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
-    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout})
+    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout,
+                                                    "dropout_attn": tc.dropout_attn})
     return _finish(tc, run_dir, tok, corpus, cfg)
 
 
