@@ -35,6 +35,8 @@ import numpy as np
 from ..errors import CompressError, ConfigError
 
 OPTIMIZERS = ("adamw", "sgd")
+MIX = "ctx1"                   # compress/mix.NAME: the mixer of this version
+MIXES = ("none", MIX)
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
 
 
@@ -51,6 +53,7 @@ class Adapt:
     clip: float = 1.0           # global gradient norm
     lookback: int = 16          # context tokens before each segment in a training sequence (not targets)
     start: str = "checkpoint"   # or "preset:NAME" (a fresh model of that preset, seed FRESH_SEED)
+    mix: str = MIX              # the network mixed with the file's counts (compress/mix.py), or "none"
 
     def __post_init__(self):
         check(self)
@@ -60,6 +63,8 @@ class Adapt:
 
     @classmethod
     def from_header(cls, d) -> "Adapt":
+        if isinstance(d, dict) and "mix" not in d:
+            d = {**d, "mix": "none"}          # files from before the mixer: the network alone
         if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
             raise ValueError("unknown adaptation settings")
         try:
@@ -84,15 +89,17 @@ def check(a: Adapt) -> None:
     num(a.clip, 0.0, 1e6, "clip")
     if a.optimizer not in OPTIMIZERS:
         raise ConfigError(f"adapt optimizer must be one of {', '.join(OPTIMIZERS)}, got {a.optimizer!r}")
+    if a.mix not in MIXES:
+        raise ConfigError(f"adapt mix must be one of {', '.join(MIXES)}, got {a.mix!r}")
     if not isinstance(a.start, str) or not (a.start == "checkpoint" or a.start.startswith("preset:")):
         raise ConfigError(f"adapt start must be 'checkpoint' or 'preset:NAME', got {a.start!r}")
 
 
-def settings(lm, segment=None, lr=None, optimizer=None, lookback=None) -> Adapt:
+def settings(lm, segment=None, lr=None, optimizer=None, lookback=None, mix=None) -> Adapt:
     """The settings for a model: a fresh one (lm.fresh_preset set) learns fast, a trained one gently."""
     fresh = getattr(lm, "fresh_preset", None)
     base = dict(lr=2e-3, start=f"preset:{fresh}") if fresh else {}
-    given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback).items()
+    given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback, mix=mix).items()
              if v is not None}
     return Adapt(**{**base, **given})
 

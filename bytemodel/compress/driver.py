@@ -70,6 +70,7 @@ from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, chec
                         information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .adapt import Adapt, Adapter, check_start, refuse_device
+from .mix import ContextMix
 from .view import plan, rebuild
 from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams, default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
@@ -116,6 +117,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         if engine != "cpu":
             raise ConfigError("--adapt codes with the cpu engine")
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
+    mixer = ContextMix(lengths, A) if adapt is not None and adapt.mix != "none" else None
+    net = np.empty((S, A), dtype=np.float64) if mixer is not None else None   # the network's log-probabilities
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
@@ -124,6 +127,11 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         for i in mine[w]:
             a, b = bounds[i]
             lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
+            if mixer is not None:                                              # (the cpu engine: NumPy)
+                z = lg[:, :A].astype(np.float64)
+                z -= z.max(axis=1, keepdims=True)
+                np.subtract(z, np.log(np.exp(z).sum(axis=1, keepdims=True)), out=net[a:b])
+                continue
             if engine == "cpu":
                 quants[i](lg, freqs[a:b])
                 if want_logp:
@@ -147,9 +155,13 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 for f in [pool.submit(run_lanes, w) for w in range(n_workers)]:
                     f.result()
             active = int(np.count_nonzero(lengths > t))
+            if mixer is not None:
+                _mixed(mixer, t, active, net, freqs, logp, A)
             got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
             feed[:active] = got
             feed[active:] = 0
+            if mixer is not None:
+                mixer.update(t, active, got)
             if adapter is not None:
                 adapter.record(t, active, got)
                 if adapter.due(t):
@@ -167,6 +179,17 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             limiter.__exit__(None, None, None)
         if pool is not None:
             pool.shutdown()
+
+
+def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
+    """Step t's frequencies (and log-probabilities, if asked) from the mix of the network's prediction
+    with the file's counts (compress/mix.py)."""
+    z = mixer.predict(t, active, net[:active])
+    freqs[:active] = quantise(z, A)
+    if logp is not None:
+        zz = z - z.max(axis=1, keepdims=True)
+        logp[:active, :A] = zz - np.log(np.exp(zz).sum(axis=1, keepdims=True))
+        logp[:active, A:] = -np.inf
 
 
 def _on_workers(pool, mine, fn) -> None:
