@@ -50,6 +50,7 @@ MAX_LEN = 31                        # match lengths are bucketed up to this
 MAX_ROWS_BITS = 15                  # a count table has at most 2^15 rows ...
 MAX_CELLS = 1 << 23                 # ... and at most 2^23 cells (large alphabets get fewer rows)
 _P = np.uint64(0x9E3779B97F4A7C15)  # the hash's odd multiplier (2^64 / golden ratio)
+_LOG_C = np.log(np.arange(1 << 16) + ALPHA)   # log(c + ALPHA) for every uint16 count: a gather, not a log
 
 
 def rows_for(n_tokens: int, alphabet: int) -> int:
@@ -125,8 +126,7 @@ class ContextMix:
             r = self._hash(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_row(active, i)
             N = tot[r].astype(np.float64)
             counts[:, i] = N
-            c = tab[r] + ALPHA
-            np.log(c / (N[:, None] + ALPHA * A), out=X[:, 2 + i])
+            np.subtract(_LOG_C[tab[r]], np.log(N + ALPHA * A)[:, None], out=X[:, 2 + i])
             rows.append(r)
         seen = counts[:, :CHAIN] > 0
         order = np.where(seen.any(axis=1), CHAIN - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
