@@ -152,7 +152,11 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     f = tmp_path / "t.txt"
     f.write_bytes(TEXT[:300])
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-segment", 8])
-    assert code == 0 and "adapting, adamw lr 0.002 every 8 tokens from preset tiny" in out, out
+    assert code == 0 and "adapting, adamw lr 0.002 every 8 tokens from preset tiny, mixed with the file's counts" in out, out
+    assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx1"
+    code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-mix", "none", "-o", tmp_path / "n.bmz"])
+    assert code == 0 and "the network alone" in out, out
+    assert bmz.read((tmp_path / "n.bmz").read_bytes())[0]["adapt"]["mix"] == "none"
     f.rename(tmp_path / "orig.txt")
     code, out = _cli(["decompress", tmp_path / "t.txt.bmz"])    # no checkpoint: the header names the preset
     assert code == 0, out
@@ -160,7 +164,8 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     code, out = _cli(["decompress", tmp_path / "t.txt.bmz", "-c", run_dir, "-o", tmp_path / "w"])
     assert code != 0 and _one_error_line(out) and not (tmp_path / "w").exists(), out
     for bad in (["--preset", "tiny"], ["--adapt", "--device", "cuda"], ["--adapt", "--preset", "huge"],
-                ["--adapt", "--preset", "tiny", "-c", run_dir]):
+                ["--adapt", "--preset", "tiny", "-c", run_dir], ["--adapt", "--preset", "tiny", "--adapt-mix", "ctx9"],
+                ["--adapt-mix", "none"]):
         code, out = _cli(["compress", tmp_path / "orig.txt", "-o", tmp_path / "x.bmz", *bad])
         assert code != 0 and _one_error_line(out) and not (tmp_path / "x.bmz").exists(), (bad, out)
     code, out = _cli(["score", tmp_path / "orig.txt", "--adapt", "--preset", "tiny"])

@@ -21,11 +21,11 @@ def _run_reader(lm) -> str:
     return (data.reader if data is not None else None) or ""
 
 
-def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer):
+def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
     from ..compress.adapt import Fresh, refuse_device, settings
-    if not adapt and (preset or lr is not None or segment is not None or optimizer is not None):
+    if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None):
         raise ConfigError("--preset and --adapt-* need --adapt")
     if preset and checkpoint is not None:
         raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
@@ -36,11 +36,12 @@ def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, 
     if not adapt:
         return lm, None
     refuse_device(lm.model)
-    return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer)
+    return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix)
 
 
 def _adapt_words(a) -> str:
-    return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens from {a.start.replace(':', ' ')}"
+    mixed = "mixed with the file's counts" if a.mix != "none" else "the network alone"
+    return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens from {a.start.replace(':', ' ')}, {mixed}"
 
 
 def _file_reader(lm, file: Path):
@@ -81,6 +82,8 @@ def compress(
     adapt_segment: Optional[int] = typer.Option(None, "--adapt-segment", help="Tokens per stream between two "
                                                 "updates (default 16)."),
     adapt_optimizer: Optional[str] = typer.Option(None, "--adapt-optimizer", help="adamw (default) or sgd."),
+    adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx1 (default): the network mixed with "
+                                            "counts of the file's own contexts and matches; none: the network alone."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):
@@ -103,7 +106,7 @@ def compress(
         _check_out(target, force)
         data = regular_file(file, "input").read_bytes()
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, adapt_lr, adapt_segment,
-                                        adapt_optimizer)
+                                        adapt_optimizer, adapt_mix)
         stats: dict = {}
         blob = api_compress(lm, data, streams=streams, window=window, reread=reread, workers=workers or None,
                             stats=stats, reader=_file_reader(lm, file), content=content, adapt=settings)
