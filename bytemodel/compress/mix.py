@@ -75,8 +75,9 @@ class ContextMix:
         self.row_len = steps + 1
         K = len(CONTEXTS) + WORD_CONTEXTS
         rows = [A + 1 if i < len(CONTEXTS) and len(CONTEXTS[i]) == 1 else self.R for i in range(K)]
-        self.tables = [np.zeros((r, A), dtype=np.uint16) for r in rows]     # one token: a row per value
-        self.totals = [np.zeros(r, dtype=np.int64) for r in rows]          # each row's sum
+        self.K, self.offset = K, np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        self.table = np.zeros((sum(rows), A), dtype=np.uint16)   # every context's rows, one after the other
+        self.total = np.zeros(sum(rows), dtype=np.int64)         # each row's sum
         self.word = np.zeros(S, dtype=np.uint64)      # hash of the word being coded (0: between words)
         self.prev_word = np.zeros(S, dtype=np.uint64)
         self.wordish = np.ones(A, dtype=bool)          # ids that continue a word: letters, digits, >= 0x80, merges
@@ -121,13 +122,12 @@ class ContextMix:
         X = np.empty((active, self.M, A))
         X[:, 0] = net
         X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
-        rows, counts = [], np.empty((active, len(self.tables)))
-        for i, (tab, tot) in enumerate(zip(self.tables, self.totals)):
-            r = self._hash(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_row(active, i)
-            N = tot[r].astype(np.float64)
-            counts[:, i] = N
-            np.subtract(_LOG_C[tab[r]], np.log(N + ALPHA * A)[:, None], out=X[:, 2 + i])
-            rows.append(r)
+        rows = np.empty((active, self.K), dtype=np.int64)
+        for i in range(self.K):
+            rows[:, i] = self._hash(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_row(active, i)
+        rows += self.offset
+        counts = self.total[rows].astype(np.float64)                     # (active, K)
+        np.subtract(_LOG_C[self.table[rows]], np.log(counts + ALPHA * A)[:, :, None], out=X[:, 2:])
         seen = counts[:, :CHAIN] > 0
         order = np.where(seen.any(axis=1), CHAIN - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
         n_top = np.where(order > 0, counts[np.arange(active), np.maximum(order - 1, 0)], 0.0)
@@ -156,14 +156,14 @@ class ContextMix:
         np.add.at(self.W, sel, LR * g)
         gm = (pred == sym).astype(np.float64) - np.where(has, p[s, np.maximum(pred, 0)], 0.0)
         np.add.at(self.wm, lb[has], 4 * LR * gm[has])
-        for tab, tot, r in zip(self.tables, self.totals, rows):
-            np.add.at(tab, (r, sym), 1)
-            np.add.at(tot, r, 1)
-            full = r[tot[r] > LIMIT]
-            if len(full):
-                full = np.unique(full)
-                tab[full] >>= 1
-                tot[full] = tab[full].sum(axis=1, dtype=np.int64)
+        r = rows.reshape(-1)
+        np.add.at(self.table, (r, np.repeat(sym, self.K)), 1)
+        np.add.at(self.total, r, 1)
+        full = r[self.total[r] > LIMIT]
+        if len(full):
+            full = np.unique(full)
+            self.table[full] >>= 1
+            self.total[full] = self.table[full].sum(axis=1, dtype=np.int64)
         np.add.at(self.c0, sym, 1)
         self.hist[:active, t + 1] = sym
         w = self.wordish[sym]
