@@ -80,7 +80,7 @@ def compress(
     adapt_lr: Optional[float] = typer.Option(None, "--adapt-lr", help="Learning rate of --adapt (default: 3e-4 "
                                              "from a checkpoint, 2e-3 from a fresh model)."),
     adapt_segment: Optional[int] = typer.Option(None, "--adapt-segment", help="Tokens per stream between two "
-                                                "updates (default 16)."),
+                                                "updates (default 32)."),
     adapt_optimizer: Optional[str] = typer.Option(None, "--adapt-optimizer", help="adamw (default) or sgd."),
     adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx1 (default): the network mixed with "
                                             "counts of the file's own contexts and matches; none: the network alone."),
