@@ -37,8 +37,8 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
     bad = set(settings) - known
     if bad:
         raise ConfigError(f"unknown training setting(s): {', '.join(sorted(bad))}")
-    if resume:
-        settings.setdefault("steps", 0)  # 0: the run's own step count
+    if resume:   # 0 / "": the run's own step count, device and precision
+        settings = {"steps": 0, "device": "", "precision": "", **settings}
     tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "", **settings)
     given = {**settings, **({"source": str(source)} if source else {})} if resume else None
     return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at,

@@ -32,8 +32,8 @@ def finetune(
     seed: int = typer.Option(D.seed, help="Seed for the batch sampler and the held-out split."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
     resume: bool = typer.Option(False, help="Continue the fine-tune in --out exactly where it stopped."),
-    device: str = typer.Option(D.device, help="cpu, cuda or auto."),
-    precision: str = typer.Option(D.precision, help="fp32 (CPU), or fp16 / bf16 on cuda."),
+    device: Optional[str] = typer.Option(None, help=f"cpu, cuda or auto (default {D.device}; on --resume, the run's own)."),
+    precision: Optional[str] = typer.Option(None, help="fp32 (CPU), or fp16 / bf16 on cuda (default auto; on --resume, the run's own: another is used from that step on, with a note)."),
     reader: str = typer.Option(D.reader, help="Reader for --source (default: detected from the file)."),
     workers: int = typer.Option(D.workers, help="CPU threads, each training a slice of the batch (0: one per core)."),
     eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
@@ -63,7 +63,8 @@ def finetune(
             raise ConfigError(f"steps must be positive, got {steps}")
         kind, data = given[0] if given else ("", None)
         settings = dict(batch_size=batch_size, lr=lr, warmup=warmup, weight_decay=weight_decay,
-                        grad_clip=grad_clip, seed=seed, device=device, precision=precision, reader=reader,
+                        grad_clip=grad_clip, seed=seed, device=device or ("" if resume else D.device),
+                        precision=precision or ("" if resume else D.precision), reader=reader,
                         workers=workers, eval_every=eval_every, eval_tokens=eval_tokens,
                         val_fraction=val_fraction)
         if steps is not None:

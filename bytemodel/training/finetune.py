@@ -25,8 +25,8 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     bad |= {"parent", "examples", "val_source", "source", "out_dir", "preset", "model", "context"} & set(settings)
     if bad:
         raise ConfigError(f"setting(s) not for a fine-tune: {', '.join(sorted(bad))}")
-    if resume:
-        settings.setdefault("steps", 0)
+    if resume:   # 0 / "": the run's own step count, device and precision
+        settings = {"steps": 0, "device": "", "precision": "", **settings}
         tc = TrainConfig(out_dir=str(out_dir) if out_dir else "", **settings)
     else:
         if not parent:

@@ -4,7 +4,9 @@
 a `Run` whose settings are frozen from then on: what the run decides while it trains (the planned
 step count, why it stopped) is the loop's state (training/loop.py), not a change to its settings.
 On resume the settings come from the checkpoint (checked strictly: a checkpoint is a file anyone
-can craft); only the HONOURED_ON_RESUME ones (validation.py) may be given anew.
+can craft); only the HONOURED_ON_RESUME ones (validation.py) may be given anew. The device and
+precision are the run's own unless given ("" = not given; `resumed_backend`): a fresh run records
+its resolved device (never "auto"), so a resume without flags computes as the run did.
 
 A fresh run also gets its data record (runinfo.run_data: the source, the resolved reader, the
 byte values) and, before the freeze, a warmup that fits its steps (optim.fit_warmup); what it
@@ -73,7 +75,8 @@ def prepare(tc: TrainConfig, resume: bool = False) -> Run:
     if resume:
         return _reopen(tc)
     tc.validate()
-    check_trainable(tc, resolve_device(tc.device))   # early, before the corpus; _finish checks the model's
+    tc.device = resolve_device(tc.device)   # recorded resolved: a resume computes where the run did
+    check_trainable(tc, tc.device)   # early, before the corpus; _finish checks the model's
     if not tc.source:
         raise SourceError("no source given (--source PATH)")
     if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
@@ -95,11 +98,9 @@ def _reopen(given: TrainConfig) -> Run:
     stored = loaded.train.get("config")
     tc = stored_train_config(TrainConfig, loaded.train, str(loaded.path), out_dir=str(run_dir),
                              steps=given.steps or (stored.get("steps", 0) if isinstance(stored, dict) else 0),
-                             device=given.device, precision=given.precision,
                              distributed=given.distributed, shard_optimizer=given.shard_optimizer)
-    if tc.precision == "auto":
-        from .autoconf import auto_precision
-        tc.precision = auto_precision(resolve_device(tc.device))
+    tc.device, tc.precision, notes = resumed_backend(tc.device, tc.precision, given.device, given.precision,
+                                                     int(loaded.train["step"]))
     tc.validate()
     corpus = open_run_corpus(run_dir, tc.examples)
     if corpus.sha256 != loaded.train.get("corpus_sha256") \
@@ -115,7 +116,38 @@ def _reopen(given: TrainConfig) -> Run:
                           f"window of context {cfg.context}")
     from ..runinfo import RunData
     RunData.of(loaded.train, str(loaded.path))      # a crafted data record is refused, not carried on
-    return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded, loaded.train.get("data"))
+    return Run(tc.freeze(), run_dir, loaded.tokenizer, corpus, cfg, loaded, loaded.train.get("data"), notes)
+
+
+def resumed_backend(run_device: str, run_precision: str, device: str, precision: str,
+                    step: int) -> tuple[str, str, tuple]:
+    """The device and precision a resumed run trains with -> (device, precision, note lines).
+
+    run_*: what the checkpoint records (the device resolved at the run's start; "auto" or the
+    default "cpu" in checkpoints from before that). device / precision: given with --resume, ""
+    when not. Not given: the run's own, so the resume is bit-identical (a GPU run with no GPU here,
+    or a fp16/bf16 run resumed on the CPU, is refused: say which flags continue it). Given and
+    different: honoured, with one note saying the run is no longer bit-identical from `step` on."""
+    from ..ops import cuda_available
+    from .autoconf import auto_precision
+    if not device and run_device == "cuda" and not cuda_available():
+        raise ConfigError(f"the run trained on cuda ({run_precision}) and there is no GPU here: give "
+                          f"--device cpu --precision fp32 to continue it on the CPU (not bit-identical)")
+    dev = resolve_device(device or run_device)
+    prec = precision or run_precision
+    if prec == "auto":
+        prec = auto_precision(dev)
+    if not precision and dev == "cpu" and prec != "fp32":
+        raise ConfigError(f"the run trained in {run_precision}; the CPU computes in fp32 only: give "
+                          f"--precision fp32 to continue it in fp32 (not bit-identical)")
+    notes = []
+    if device and run_device in ("cpu", "cuda") and dev != run_device:
+        notes.append(f"note: --device {device}: the run trained on {run_device} and continues on {dev} "
+                     f"from step {step}: not bit-identical to a run kept on {run_device}")
+    if precision and run_precision != "auto" and prec != run_precision:
+        notes.append(f"note: --precision {precision}: the run trained in {run_precision} and continues in "
+                     f"{prec} from step {step}: not bit-identical to a run kept in {run_precision}")
+    return dev, prec, tuple(notes)
 
 
 def _finish(tc: TrainConfig, run_dir: Path, tok: Tokenizer, corpus, cfg: ModelConfig) -> Run:
