@@ -677,3 +677,31 @@ def test_image_tiles_round_trip_pixel_exact(tmp_path, w, h, mode, n):
         with Image.open(out) as im:
             b = np.asarray(im).reshape(h, w, len(mode))
         assert (b[:th, :tw] == 0).all() and (b[:th, tw:] == a[:th, tw:]).all() and (b[th:] == a[th:]).all()
+
+
+def test_a_compressed_file_no_name_claims_is_read_by_its_content(tmp_path):
+    # gcide.dict.dz (dictzip) was modelled as its compressed bytes (8 bits/byte, nothing to learn):
+    # the content's reader is picked from its decompressed head; binary content stays raw
+    import gzip
+    import lzma
+    from bytemodel.readers import detect
+    (tmp_path / "words.dict.dz").write_bytes(gzip.compress(b"apple\n  a fruit\n" * 50))
+    (tmp_path / "seq.dat.xz").write_bytes(lzma.compress(b">chr1 test\nACGTACGTAC\nGGTT\n" * 20))
+    (tmp_path / "blob.bin.gz").write_bytes(gzip.compress(bytes(range(256)) * 8))
+    (tmp_path / "broken.dat.gz").write_bytes(gzip.compress(b"text " * 100)[:30])
+    assert detect(tmp_path / "words.dict.dz").name == "text"
+    assert detect(tmp_path / "seq.dat.xz").name == "fasta"
+    assert detect(tmp_path / "blob.bin.gz").name == "raw"
+    assert detect(tmp_path / "broken.dat.gz").name in ("raw", "text")   # never an exception
+    docs = list(detect(tmp_path / "words.dict.dz").read(tmp_path / "words.dict.dz"))
+    assert b"".join(docs) == b"apple\n  a fruit\n" * 50
+
+
+def test_invalid_utf8_names_the_encoding_option(tmp_path):
+    from bytemodel.errors import SourceError
+    from bytemodel.readers import get_reader
+    f = tmp_path / "old.txt"
+    f.write_bytes(b"caf\xe9 au lait\n")
+    with pytest.raises(SourceError, match="text:encoding=cp1252"):
+        list(get_reader("text").read(f))
+    assert list(get_reader("text:encoding=cp1252").read(f)) == ["café au lait\n".encode()]

@@ -11,6 +11,7 @@ or ``text:sep=%``. A bare flag means ``flag=yes``.
 """
 from __future__ import annotations
 
+import codecs
 import os
 import warnings
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..errors import SourceError
 from .base import Reader
+from .compressed import compression_of
 
 ENTRY_POINT_GROUP = "bytemodel.readers"
 _READERS: dict[str, type[Reader]] = {}
@@ -134,13 +136,41 @@ def detect(path: str | os.PathLike) -> Reader:
         raise SourceError(f"source not found: {p}") from None
     except OSError as e:
         raise SourceError(f"cannot read {p}: {e.strerror or e}") from None
+    found = _sniffed(head)
+    if found is None and compression_of(head) is not None:
+        found = _inside(p)
+    return found or _all()["raw"]()
+
+
+def _sniffed(head: bytes) -> Reader | None:
     for cls in _all().values():
         if cls.name == "raw":
             continue
         reader = cls()
         if reader.sniff(head):
             return reader
-    return _all()["raw"]()
+    return None
+
+
+def _inside(p: Path, n: int = 1 << 16) -> Reader | None:
+    """A compressed file that no name claims (gcide.dict.dz, x.dat.gz): the reader its content's first
+    n bytes call for (a signature, else UTF-8 text: the text reader decompresses by magic bytes),
+    or None (raw: the compressed bytes as they are)."""
+    from .compressed import open_decompressed
+    try:
+        with open_decompressed(p) as f:
+            inner = f.read(n)
+    except Exception:          # damaged or not what its magic says: the bytes as they are
+        return None
+    found = _sniffed(inner[:64])
+    if found is not None and found.name != "text":
+        return found
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(inner, final=False)
+    except UnicodeDecodeError:
+        return None
+    printable = sum(1 for b in inner if b >= 32 or b in b"\t\n\r\f")
+    return _all()["text"]() if inner and printable >= 0.99 * len(inner) else None
 
 
 _builtins()

@@ -101,7 +101,8 @@ def _fail(path, data: bytes, i: int, offset: int, lines: int, truncated: bool = 
     line = lines + data[:i].count(b"\n")
     what = "text ends inside a character" if truncated else f"byte 0x{data[i]:02x}"
     raise SourceError(f"{path}: invalid UTF-8 at byte offset {offset + i} (line {line}, {what}); "
-                      f"use --reader raw to model the bytes as they are")
+                      f"--reader text:encoding=cp1252 (or latin-1) reads text in that encoding, --reader raw models "
+                      f"the bytes as they are")
 
 
 class TextReader(Reader):
