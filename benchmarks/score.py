@@ -98,7 +98,7 @@ def main():
              "before (one window at a time, host float64)": lambda: reference_score(m, tok, ref_data)["bits"]}
     sizes = {"ours (score)": len(data), "before (one window at a time, host float64)": len(ref_data)}
     if a.hf:
-        from bytemodel.decode.scorer import Scorer
+        from bytemodel.ops.scorer import Scorer
         run, err = hf_scorer(a.preset, data, Scorer(m).batch)
         sides["transformers forward (same windows)"] = run
         sizes["transformers forward (same windows)"] = len(data)

@@ -11,8 +11,11 @@ uninterrupted one would, with no sampler state to save.
 Every corpus a run trains on (this one, and pairs.ExampleCorpus for fine-tuning examples) answers
 the same three calls, so the training loop never asks which kind it has:
     sample(batch, context, seed, step) -> x, y (B, T) int64 and a loss mask (B, T) or None
-    score(forward, tokenizer, context, max_tokens) -> (bits per byte, its standard error)
+    score(nll, tokenizer, context, max_tokens, batch) -> (bits per byte, its standard error)
     verify(vocab_size, where)                       the files still match the checkpoint's hash
+`nll(x, y, m)` is a window scorer: x, y (B, L) int64, m (B, L) 0/1 or None -> (B,) float64, the
+summed nats of each window's (counted) targets (bytemodel.ops.scorer.Scorer.nll, which the training
+loop passes in: corpus sits below the model in the layers); `batch` windows go to one call.
 """
 from __future__ import annotations
 
@@ -56,9 +59,9 @@ class Corpus:
         x, y = sample_batch(self.train, batch, context, seed, step)
         return x, y, None
 
-    def score(self, forward, tokenizer: Tokenizer, context: int, max_tokens: int) -> tuple[float, float]:
+    def score(self, nll, tokenizer: Tokenizer, context: int, max_tokens: int, batch: int = 16) -> tuple[float, float]:
         """Bits per byte of the held-out tail and its standard error (score_tokens)."""
-        bpb, _, se = score_tokens(forward, self.val, tokenizer, context, max_tokens)
+        bpb, _, se = score_tokens(nll, self.val, tokenizer, context, max_tokens, batch)
         return bpb, se
 
     def verify(self, vocab_size: int, where) -> None:
@@ -190,10 +193,11 @@ def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
         yield chunk[None, :-1], chunk[None, 1:]
 
 
-def score_tokens(forward, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
+def score_tokens(nll, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
                  batch: int = 16) -> tuple[float, float, float]:
     """(bits per byte, nats per token, standard error of the bits per byte) on non-overlapping
-    windows of `tokens` (max_tokens 0: all of them); forward(x, y) -> per-token losses (host).
+    windows of `tokens` (max_tokens 0: all of them); nll(x, y, None) -> each window's summed nats
+    (host, float64), `batch` full windows a call (the short last window alone).
     The standard error takes the windows as the sample (a ratio estimate: sum of bits / sum of
     bytes over windows; nan with fewer than two windows)."""
     win_nll, win_tok, win_bytes = [], [], []
@@ -201,8 +205,7 @@ def score_tokens(forward, tokens: np.ndarray, tokenizer: Tokenizer, context: int
 
     def run(xs, ys):
         x, y = np.concatenate(xs), np.concatenate(ys)
-        losses = np.asarray(forward(x, y)).astype(np.float64).reshape(y.shape)
-        win_nll.extend(losses.sum(axis=1))
+        win_nll.extend(np.asarray(nll(x, y, None), dtype=np.float64).reshape(y.shape[0]))
         win_tok.extend([y.shape[1]] * y.shape[0])
         win_bytes.extend(tokenizer.token_lengths[y].sum(axis=1))
 

@@ -218,10 +218,11 @@ class ExampleCorpus:
         rows = [self.window(int(a), context, self.split) for a in picks]
         return tuple(np.stack(r) for r in zip(*rows))
 
-    def score(self, forward, tokenizer: Tokenizer, context: int, max_tokens: int) -> tuple[float, float]:
+    def score(self, nll, tokenizer: Tokenizer, context: int, max_tokens: int, batch: int = 16) -> tuple[float, float]:
         """Bits per byte of the held-out examples' counted targets (score_windows over
         eval_windows); its standard error is nan (no per-window spread is kept here)."""
-        return score_windows(forward, self.eval_windows(context, max_tokens), tokenizer)["bits_per_byte"], float("nan")
+        return (score_windows(nll, self.eval_windows(context, max_tokens), tokenizer, batch)["bits_per_byte"],
+                float("nan"))
 
     def eval_windows(self, context: int, max_tokens: int):
         """Windows (start, x, y, m) over held-out examples, evenly spread up to ~max_tokens targets;
@@ -260,23 +261,23 @@ def example_windows(corpus, start: int, end: int, context: int) -> list:
     return out
 
 
-def score_windows(forward, windows, tokenizer: Tokenizer, batch: int = 16) -> dict:
-    """Sum the counted targets' losses over windows; forward(x, y) -> per-token losses (host).
+def score_windows(nll, windows, tokenizer: Tokenizer, batch: int = 16) -> dict:
+    """Sum the counted targets' losses over windows, `batch` windows a call; nll(x, y, m) -> each
+    window's summed nats over its counted targets (host, float64; corpus.py's window scorer).
 
     Returns {'bits', 'bytes', 'tokens', 'bits_per_byte'}: bits over the counted targets, bytes
     those targets decode to (specials decode to none but their bits count)."""
-    nll, n_bytes, n_tok = 0.0, 0, 0
+    nats, n_bytes, n_tok = 0.0, 0, 0
     for i in range(0, len(windows), batch):
         group = windows[i:i + batch]
         L = max(int(np.nonzero(m)[0].max()) + 1 if m.any() else 1 for _, _, m in group)
         x = np.stack([w[0][:L] for w in group])
         y = np.stack([w[1][:L] for w in group])
         m = np.stack([w[2][:L] for w in group]).astype(bool)
-        losses = np.asarray(forward(x, y), dtype=np.float64).reshape(x.shape)
-        nll += float(losses[m].sum())
+        nats += float(np.asarray(nll(x, y, m.astype(np.uint8)), dtype=np.float64).sum())
         n_tok += int(m.sum())
         n_bytes += int(tokenizer.token_lengths[y[m]].sum())
-    bits = nll / LN2
+    bits = nats / LN2
     return {"bits": bits, "bytes": n_bytes, "tokens": n_tok, "bits_per_byte": bits / max(n_bytes, 1)}
 
 
@@ -350,8 +351,8 @@ def score_examples(model, tok: Tokenizer, examples: list, kind: str, batch: int 
     wins = [w for s, e in spans for w in example_windows(c, int(s), int(e), T)]
     ops = model.ops
 
-    def forward(x, y):
-        out = ops.to_numpy(model.forward(ops.asarray(x), ops.asarray(y)))
+    def nll(x, y, m):      # the model's per-token losses, summed over each window's counted targets
+        out = ops.to_numpy(model.forward(ops.asarray(x), ops.asarray(y))).astype(np.float64).reshape(x.shape)
         model._acts = None
-        return out
-    return score_windows(forward, wins, tok, batch)
+        return (out * m).sum(axis=1)
+    return score_windows(nll, wins, tok, batch)

@@ -34,9 +34,9 @@ def test_validation_standard_error_by_hand():
     hand over the windows, with a stand-in model whose loss for target y is y / 100 nats."""
     from bytemodel.corpus import LN2, eval_windows, score_tokens
     from bytemodel.tokenizer import Tokenizer
-    forward = lambda x, y: (y / 100.0).reshape(-1).astype(np.float32)   # noqa: E731
+    nll = lambda x, y, m: (y / 100.0).astype(np.float32).astype(np.float64).sum(axis=1)   # noqa: E731
     tokens = np.random.default_rng(3).integers(0, 256, 1000).astype(np.uint16)
-    bpb, nats, se = score_tokens(forward, tokens, Tokenizer(), 32, 0)
+    bpb, nats, se = score_tokens(nll, tokens, Tokenizer(), 32, 0)
     wins = list(eval_windows(tokens, 32, 10 ** 9))
     bits = np.array([(y / 100.0).astype(np.float32).astype(np.float64).sum() / LN2 for _, y in wins])
     nb = np.array([y.size for _, y in wins], dtype=float)      # plain bytes: one byte per token
@@ -45,7 +45,7 @@ def test_validation_standard_error_by_hand():
     assert n == 32 and bpb == pytest.approx(r, rel=1e-12)
     assert se == pytest.approx(np.sqrt(((bits - r * nb) ** 2).sum() / (n * (n - 1))) / nb.mean(), rel=1e-9)
     # and a subset (eval_tokens) scores fewer windows
-    bpb8, _, se8 = score_tokens(forward, tokens, Tokenizer(), 32, 8 * 32)
+    bpb8, _, se8 = score_tokens(nll, tokens, Tokenizer(), 32, 8 * 32)
     assert bpb8 != bpb and se8 > se
 
 
@@ -68,7 +68,7 @@ def test_both_corpora_answer_the_protocol(tmp_path, kind):
     again = corpus.sample(4, 16, seed=1, step=2)
     assert x.shape == y.shape == (4, 16) and np.array_equal(again[0], x)      # pure in (seed, step)
     assert (mask is None) == (kind == "plain") and (mask is None or mask.shape == (4, 16))
-    ones = lambda a, b: np.ones(b.size, np.float32)   # noqa: E731
+    ones = lambda x, y, m: (np.ones(y.shape) if m is None else m).sum(axis=1).astype(np.float64)   # noqa: E731
     bpb, se = corpus.score(ones, Tokenizer(), 16, 10 ** 6)
     # one byte per counted token, except the <doc> that ends each example (no bytes, its bits count)
     assert bpb >= 1 / np.log(2) - 1e-9 and np.isfinite(bpb)

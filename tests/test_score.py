@@ -1,4 +1,4 @@
-"""Scoring (decode/score.py, decode/scorer.py, ops/score_ops.py): the batched path against the float64
+"""Scoring (decode/score.py, ops/scorer.py, ops/score_ops.py): the batched path against the float64
 host path it replaced, the window policy by hand, streaming, threads, and the CUDA twin.
 
 Tolerances: batched against the reference, 1e-4 bits/byte (the issue's bound): the two differ by

@@ -8,7 +8,7 @@
 The window policy: each document is <doc> followed by its ids; windows of the model's context
 overlap by half, each target is scored once, with at least context/2 tokens of history after the
 first window (the windows start at 0, T/2, T, ...; the last may be short). Windows from any
-number of documents are gathered into batches and scored by bytemodel.decode.scorer.Scorer (on the
+number of documents are gathered into batches and scored by bytemodel.ops.scorer.Scorer (on the
 device: float32 log-softmax, float64 sums, only the sums come back). Memory is bounded whatever
 the input's size: a document's ids are read in pieces (tokenizer.encode_chunks) and only a
 batch of windows is held.
@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..ops import numpy_ops
-from .scorer import Scorer
+from ..ops.scorer import Scorer
 
 LN2 = math.log(2)
 

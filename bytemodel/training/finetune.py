@@ -42,8 +42,8 @@ def parent_val_bpb(run_dir, device: str | None = None) -> float:
     counted targets): the 'before' beside the run's 'after'."""
     from ..model import Model
     from ..ops import get_backend
+    from ..ops.scorer import Scorer
     from .prepare import open_run_corpus
-    from .runner import CoreParallel
     from ..config import TrainConfig
     loaded = ckpt.load(run_dir)
     tc = TrainConfig(**loaded.train["config"])
@@ -53,12 +53,6 @@ def parent_val_bpb(run_dir, device: str | None = None) -> float:
     ops = get_backend(device, tc.precision if device != "cpu" else "fp32")
     model = Model(loaded.cfg, ops)
     model.load_flat(parent_weights(tc, loaded.cfg))
-    runner = CoreParallel(model, tc.workers or None)
-
-    def forward(x, y):
-        return ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))
-    try:
-        corpus = open_run_corpus(run_dir, tc.examples)
-        return corpus.score(forward, loaded.tokenizer, loaded.cfg.context, tc.eval_tokens)[0]
-    finally:
-        runner.close()
+    scorer = Scorer(model, workers=tc.workers or None)
+    corpus = open_run_corpus(run_dir, tc.examples)
+    return corpus.score(scorer.nll, loaded.tokenizer, loaded.cfg.context, tc.eval_tokens, scorer.batch)[0]

@@ -427,12 +427,10 @@ class Loop:
         return f"finished {self.state.planned} steps"
 
     def validate(self) -> tuple[float, float]:
-        """Bits per byte of the held-out data and its standard error (corpus.score)."""
-        ops, runner = self.ops, self.runner
-
-        def forward(x, y):
-            return ops.to_numpy(runner.forward(ops.asarray(x), ops.asarray(y)))
-        return self.corpus.score(forward, self.run_.tok, self.T, self.tc.eval_tokens)
+        """Bits per byte of the held-out data and its standard error (corpus.score over the
+        runner's window scorer: the batched scoring path of `score` and `eval`)."""
+        return self.corpus.score(self.runner.nll, self.run_.tok, self.T, self.tc.eval_tokens,
+                                 self.runner.score_batch)
 
     def _plan(self, spent: float) -> None:
         """At the plan step of a time budget: fix the total from the measured step and boundary times."""

@@ -17,6 +17,9 @@ small matrices is many times slower. By default there is one worker per core, at
 holds a gradient buffer). Used where the backend says its ops run on CPU threads
 (ops.cpu_threads); a GPU backend runs the whole batch at once.
 
+Validation goes through the scorer of `score` (ops/scorer.Scorer, Runner.nll): whole windows per
+call, its own CPU threads, rows split over ranks.
+
 The runner never normalises the loss: the per-token weights the loop builds (loop.loss_weights)
 say what each target counts for, so rows split anywhere add up to the whole batch's gradient.
 """
@@ -29,6 +32,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from ..errors import ConfigError
+from ..ops.scorer import Scorer
 from .distributed import Single, rows
 
 
@@ -67,7 +71,7 @@ def bounded_workers(requested: int, replica_bytes: int) -> int:
 
 
 class CoreParallel:
-    """loss_and_grad / forward over `workers` slices of the batch. workers=1 is the model itself."""
+    """loss_and_grad over `workers` slices of the batch. workers=1 is the model itself."""
 
     def __init__(self, model, workers: int | None = None):
         self.model = model
@@ -111,24 +115,6 @@ class CoreParallel:
             r.grads[...] = 0
         return np.concatenate(losses)
 
-    def forward(self, idx, targets):
-        """Per-token losses (B*T,) without keeping activations."""
-        if self.pool is None or idx.shape[0] == 1:
-            out = self.model.forward(idx, targets)
-            self.model._acts = None
-            return out
-        parts = self._slices(idx.shape[0])
-
-        def one(r, s):
-            out = r.forward(idx[s], targets[s])
-            r._acts = None
-            return out
-
-        def work():
-            futs = [self.pool.submit(one, r, s) for r, s in zip(self.replicas, parts)]
-            return [f.result() for f in futs]
-        return np.concatenate(self._run(work))
-
     def close(self):
         if self.pool is not None:
             self.pool.shutdown()
@@ -161,6 +147,7 @@ class Runner:
             from .zero import Shards
             self.shards = Shards(model, world)
         self.inner = CoreParallel(model, workers)   # after the shards: replicas share the weights
+        self._scorer = None                          # validation's (nll), made at the first call
 
     def _share_cores(self, workers):
         """Ranks on one machine split its cores: threads and BLAS threads per rank."""
@@ -197,15 +184,29 @@ class Runner:
         self.world.allreduce(tot, "the loss all-reduce")
         return (tot / (self.batch * T if counted is None else counted)).reshape(())
 
-    def forward(self, idx, targets):
-        """Per-token losses (B*T,) of a full batch without activations; rows split over ranks."""
+    @property
+    def scorer(self) -> Scorer:
+        """Validation's window scorer (made at the first use): the batched path of `score`."""
+        if self._scorer is None:
+            self._scorer = Scorer(self.model, workers=self.inner.workers)
+        return self._scorer
+
+    @property
+    def score_batch(self) -> int:
+        """Windows a validation call gives nll: the scorer's batch on each rank (64k tokens on a GPU)."""
+        return self.scorer.batch * (1 if self.single else self.world.size)
+
+    def nll(self, x, y, m=None):
+        """Validation windows x, y (B, L) host ints, m (B, L) 0/1 or None -> (B,) float64 summed
+        nats on the host (ops/scorer.Scorer.nll: a forward without activations, the log-softmax where
+        it ran, only the sums back); rows split over ranks, each rank's sums added in place of
+        zeros (exact). The corpus's window scorer (corpus.score)."""
         if self.single:
-            return self.inner.forward(idx, targets)
-        B, T = idx.shape
-        r = rows(B, self.world.rank, self.world.size)
-        out = self.xp.zeros(B * T, dtype=np.float32)
+            return self.scorer.nll(x, y, m)
+        r = rows(x.shape[0], self.world.rank, self.world.size)
+        out = np.zeros(x.shape[0], np.float64)
         if r.stop > r.start:
-            out[r.start * T:r.stop * T] = self.inner.forward(idx[r], targets[r])
+            out[r] = self.scorer.nll(x[r], y[r], None if m is None else m[r])
         return self.world.allreduce(out, "the validation all-reduce")
 
     # ---------------------------------------------------------------- gradient norm

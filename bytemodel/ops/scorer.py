@@ -1,6 +1,8 @@
 """Windows of tokens -> their summed negative log-likelihood: the one scoring path for `score`,
-`eval` and the API (bytemodel.decode.score puts documents into windows). Validation still sums
-the runner's per-token losses (corpus.score); it could take Scorer.nll too.
+`eval`, the API (bytemodel.decode.score puts documents into windows) and validation while
+training (training/runner.Runner.nll hands Scorer.nll to corpus.score / pairs.score_windows,
+which put the held-out tokens into windows). In ops/, below both wings, so either imports it; like
+ops/cuda_decode.py it drives the model it is given (forward_cached, weights) and imports no model.
 
     s = Scorer(model, vocab)          # vocab: the tokenizer's ids (model.cfg.vocab_size by default)
     s.nll(x, y, m)                    # x, y (B, L) int, m (B, L) 0/1 or None -> (B,) float64 nats
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..ops import score_ops
+from . import score_ops
 
 GPU_TOKENS = 1 << 16       # tokens a GPU call scores at once (64 windows of 1024): the batch where
                            # the forward reaches its throughput, activations a few hundred MB at base
