@@ -1,5 +1,5 @@
 """Every hand-written copy of the transformer block (Model.block, the CPU compressor's engine, the
-GPU decoder) declares which ModelConfig fields it follows and which cannot change what it computes;
+GPU decoder, the CPU's one-token generation step) declares which ModelConfig fields it follows and which cannot change what it computes;
 the declarations must cover exactly ModelConfig's fields, so a new architecture setting fails here
 until every engine says what it does with it, instead of one engine silently diverging."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from bytemodel.config import ModelConfig
 
 PKG = Path(__file__).resolve().parents[1] / "bytemodel"
-ENGINES = ["model.py", "compress/cpu_engine.py", "ops/cuda_decode.py"]
+ENGINES = ["model.py", "compress/cpu_engine.py", "ops/cuda_decode.py", "decode/cpu_step.py"]
 
 
 def declared(rel: str) -> tuple[set, dict]:

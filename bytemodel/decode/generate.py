@@ -9,7 +9,8 @@ When the cache is full (context tokens), the last context/2 tokens are re-read i
 Several samples (samples=N) run as one batch: the prompt is read once and its cache copied to
 every sample; sample i draws from np.random.default_rng(seed + i). On the GPU the step runs on
 the device (ops/cuda_decode.py: sampling there too, a CUDA graph per step); the host only reads
-the sampled ids, in chunks.
+the sampled ids, in chunks. One sample on the CPU steps through decode/cpu_step.py (the cached
+forward's arithmetic for one token, bit for bit, in fewer NumPy calls: the same bytes).
 
 allowed (V,) bool: the ids that may be drawn (the run's byte set, runinfo.RunData.allowed_ids);
 the others get logit -inf before temperature, top-k and top-p, and so does <doc> unless generation
@@ -27,10 +28,12 @@ from ..errors import ConfigError
 from ..sampling import sample_next
 from ..model import Model
 from . import window
+from .cpu_step import OneToken
 from .score import score  # noqa: F401  (scoring lives in decode/score.py; kept importable here)
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
 
+ONE_TOKEN_STEP = True   # one sample on the CPU: decode/cpu_step.OneToken (False: Model.forward_cached)
 
 
 def _check_sampling(temperature, top_k, top_p):
@@ -52,6 +55,8 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
     history = list(history)
+    from ..ops import numpy_ops
+    step = OneToken(model, None, W) if ONE_TOKEN_STEP and ops is numpy_ops else None
 
     def prefill(ids):
         cache = model.new_cache(1, T)
@@ -70,9 +75,13 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         if pos >= T:  # cache full: re-read the recent half into a fresh cache
             cache, pos, logits = prefill(window.reread(history, T))
             continue
-        lg = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)
+        if step is not None:
+            step.cache = cache
+            row = step(nxt, pos)
+        else:
+            row = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)[0, -1]
         pos += 1
-        logits = masked(lg[0, -1, :V])
+        logits = masked(row[:V])
 
 
 # draws in a row that give no bytes (<doc> when not stopping there, a chat special) after which a

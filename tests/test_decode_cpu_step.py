@@ -1,0 +1,66 @@
+"""The CPU's one-token generation step (decode/cpu_step.py) against the general path it stands in
+for: the same logits as Model.forward_cached, bit for bit (np.array_equal: no tolerance, since
+generation must draw the same bytes), and the same cache; generate gives the same bytes with and
+without it (plain, GQA, tied head, top-k/top-p, a byte mask, a cache that fills and is re-read)."""
+import numpy as np
+import pytest
+
+from bytemodel.config import ModelConfig
+from bytemodel.decode import generate as gen
+from bytemodel.decode.cpu_step import OneToken
+from bytemodel.model import Model
+from bytemodel.ops import numpy_ops
+from bytemodel.tokenizer import Tokenizer
+
+CFGS = {
+    "plain": dict(vocab_size=257, d_model=32, n_layers=2, n_heads=2, d_ff=64, context=24),
+    "gqa": dict(vocab_size=257, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, context=24),
+    "tied": dict(vocab_size=300, d_model=48, n_layers=3, n_heads=3, d_ff=80, context=24, tie_embeddings=True),
+}
+
+
+def _model(name):
+    m = Model(ModelConfig(**CFGS[name]), numpy_ops)
+    m.init_weights(7)
+    m.load_flat(m.params * 6)   # spread the logits: far from uniform, so a slip shows
+    return m
+
+
+@pytest.mark.parametrize("name", sorted(CFGS))
+@pytest.mark.parametrize("prompt", [1, 5])
+def test_one_token_step_gives_the_cached_forwards_logits_bit_for_bit(name, prompt):
+    m = _model(name)
+    T, W = m.cfg.context, m.weights()
+    rng = np.random.default_rng(prompt)
+    ids = rng.integers(0, m.cfg.vocab_size, T)
+    ref, fast = m.new_cache(1, T), m.new_cache(1, T)
+    m.forward_cached(ids[None, :prompt], ref, 0, W)
+    m.forward_cached(ids[None, :prompt], fast, 0, W)
+    step = OneToken(m, fast, W)
+    for pos in range(prompt, T):
+        want = m.forward_cached(ids[None, pos:pos + 1], ref, pos, W)[0, -1]
+        got = step(int(ids[pos]), pos)
+        assert np.array_equal(got, want), (name, pos, np.abs(got - want).max())
+    for (k1, v1), (k2, v2) in zip(ref, fast):
+        assert np.array_equal(k1, k2) and np.array_equal(v1, v2)
+
+
+@pytest.mark.parametrize("name", sorted(CFGS))
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.7, top_k=20, top_p=0.9), dict(temperature=0)])
+def test_generate_draws_the_same_bytes_with_and_without_the_step(name, kw, monkeypatch):
+    m, tok = _model(name), Tokenizer()
+    allowed = None
+    if name == "tied":   # a byte mask too (and <doc> barred from the draw)
+        allowed = np.zeros(tok.vocab_size, bool)
+        allowed[65:91] = True
+        m = Model(ModelConfig(**{**CFGS[name], "vocab_size": tok.vocab_size}), numpy_ops)
+        m.init_weights(7)
+        m.load_flat(m.params * 6)
+    n = 3 * m.cfg.context + 5            # past a full cache and its re-read, twice
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(gen, "ONE_TOKEN_STEP", on)
+        outs[on] = [gen.generate(m, tok, n, b"AB", seed=s, allowed=allowed, **kw) for s in (0, 1, 2)]
+    assert outs[True] == outs[False]
+    assert all(len(o) == n for o in outs[True])
+    assert kw.get("temperature") == 0 or len(set(outs[True])) == 3     # the seeds draw different bytes
