@@ -64,3 +64,32 @@ def test_generate_draws_the_same_bytes_with_and_without_the_step(name, kw, monke
     assert outs[True] == outs[False]
     assert all(len(o) == n for o in outs[True])
     assert kw.get("temperature") == 0 or len(set(outs[True])) == 3     # the seeds draw different bytes
+
+
+def test_a_tokens_logits_do_not_depend_on_the_blas_thread_count():
+    """generate holds BLAS to one thread while a small model steps (cpu_step.OneBlasThread): a
+    token's logits are those of two threads, bit for bit, at the tiny preset's shapes, from one
+    cache (prefills run at the caller's count: their (T, C) products do round by thread count)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+    from bytemodel.config import preset
+    from bytemodel.decode.cpu_step import OneBlasThread, small_products
+    m = Model(preset("tiny"), numpy_ops)
+    m.init_weights(0)
+    W, ids = m.weights(), np.random.default_rng(0).integers(0, 257, 200)
+    first = m.new_cache(1, m.cfg.context)
+    m.forward_cached(ids[None, :8], first, 0, W)
+    got = {}
+    for n in (1, 2):
+        with threadpool_limits(limits=n, user_api="blas"):
+            step = OneToken(m, [(k.copy(), v.copy()) for k, v in first], W)
+            got[n] = np.stack([step(int(t), p).copy() for p, t in enumerate(ids[8:], 8)])
+    assert np.array_equal(got[1], got[2])
+    blas = lambda: [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]   # noqa: E731
+    with threadpool_limits(limits=2, user_api="blas"):
+        with OneBlasThread(m) as hold:
+            assert set(blas()) == {1}
+            with hold.released():
+                assert set(blas()) == {2}
+            assert set(blas()) == {1}
+        assert set(blas()) == {2}
+    assert small_products(preset("small")) and not small_products(preset("base"))   # base: left alone

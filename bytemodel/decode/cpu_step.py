@@ -20,11 +20,17 @@ tests/test_decode_cpu_step.py holds its logits to forward_cached's with np.array
 bytes generation draws are those of the general path. A change to numpy_ops or Model.block that
 this copy does not follow fails there.
 
+`OneBlasThread(model)`: generate holds BLAS to one thread while one sample steps, when every
+product of a token is small (SPLIT_MACS); prefills and re-reads run at the caller's count. A
+token's logits do not depend on the BLAS thread count (each output of a product is one thread's
+dot product; the test checks that 1 and 2 threads give the same bits).
+
 Shapes: C d_model, H heads, K kv heads, G = H // K, D head dim, F d_ff, V vocabulary, S cache length.
 """
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -34,7 +40,59 @@ FOLLOWS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
            "norm_eps", "tie_embeddings")
 IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the multi-token heads are not run",
            "mtp_design": "the multi-token heads are not run", "mtp_weight": "training only",
-           "dropout": "training steps only (Model.forward with a Dropout)"}
+           "dropout": "training steps only (Model.forward with a Dropout)",
+           "dropout_attn": "training steps only (Model.forward with a Dropout)"}
+
+
+SPLIT_MACS = 1 << 20    # multiply-adds: a batch-1 product below this (all of tiny's and small's: at most
+                        # 0.8M) runs on one BLAS thread; a second one costs a wake-up per product, and
+                        # on the loaded 2-core VM it made small's generation 4x slower (5 vs 22 tokens/s
+                        # at load average 13; tiny 71 vs 102). base's (3.1M) keep the default.
+
+
+def small_products(cfg) -> bool:
+    """Every product of a token under SPLIT_MACS multiply-adds (tiny and small: yes; base: no)."""
+    C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
+    return max(C * (H + 2 * K) * D, H * D * C, C * 2 * F, F * C, C * cfg.vocab_size) < SPLIT_MACS
+
+
+class OneBlasThread:
+    """Inside `with`: BLAS held to one thread (a model of small products on the CPU; otherwise
+    nothing changes), except inside `released()`, where the caller's count is back: a prefill's
+    (T, C) products are split over threads differently by thread count and so round differently,
+    one token's are not (every output one thread's dot product). Two calls into the BLAS library
+    cost ~35 us, so the count changes once a generation and twice a re-read, never a token."""
+
+    def __init__(self, model):
+        self.libs = []
+        if model.ops.cpu_threads and small_products(model.cfg):
+            from threadpoolctl import ThreadpoolController   # a core dependency
+            self.libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        self.saved = None
+
+    def _set(self, counts):
+        for lib, n in zip(self.libs, counts):
+            lib.set_num_threads(n)
+
+    def __enter__(self):
+        self.saved = [lib.get_num_threads() for lib in self.libs]
+        self._set([1] * len(self.libs))
+        return self
+
+    def __exit__(self, *exc):
+        self._set(self.saved)
+        self.saved = None
+
+    @contextmanager
+    def released(self):
+        if not self.saved:
+            yield
+            return
+        self._set(self.saved)
+        try:
+            yield
+        finally:
+            self._set([1] * len(self.libs))
 
 
 class OneToken:

@@ -21,6 +21,7 @@ with one, generation on a GPU samples on the host (the cached forward still runs
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from ..errors import ConfigError
 from ..sampling import sample_next
 from ..model import Model
 from . import window
-from .cpu_step import OneToken
+from .cpu_step import OneBlasThread, OneToken
 from .score import score  # noqa: F401  (scoring lives in decode/score.py; kept importable here)
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
@@ -46,11 +47,12 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None, bias=None):
+              top_p=1.0, vocab: int | None = None, bias=None, blas=None):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
     When the cache is full, the recent half of the history is re-read into a fresh cache.
-    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn)."""
+    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn).
+    blas: the caller's cpu_step.OneBlasThread; prefills run released from it."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
@@ -60,7 +62,8 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
 
     def prefill(ids):
         cache = model.new_cache(1, T)
-        logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
+        with blas.released() if blas is not None else nullcontext():
+            logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
         return cache, len(ids), masked(logits[0, -1, :V])
 
     def masked(row):
@@ -179,14 +182,16 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed, bias)
         return outs.result(samples)
     rng = np.random.default_rng(seed)
+    blas = OneBlasThread(model) if not speculative else nullcontext()   # one token's products: one thread
     if speculative:
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
-        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias)
-    for nxt in ids:
-        outs.take(0, nxt)
-        if outs.done[0]:
-            break
+        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias, blas)
+    with blas:
+        for nxt in ids:
+            outs.take(0, nxt)
+            if outs.done[0]:
+                break
     return outs.result(1)
 
 
