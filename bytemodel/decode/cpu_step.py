@@ -63,9 +63,9 @@ class OneBlasThread:
     one token's are not (every output one thread's dot product). Two calls into the BLAS library
     cost ~35 us, so the count changes once a generation and twice a re-read, never a token."""
 
-    def __init__(self, model):
+    def __init__(self, model, hold: bool = True):
         self.libs = []
-        if model.ops.cpu_threads and small_products(model.cfg):
+        if hold and model.ops.cpu_threads and small_products(model.cfg):
             from threadpoolctl import ThreadpoolController   # a core dependency
             self.libs = ThreadpoolController().select(user_api="blas").lib_controllers
         self.saved = None

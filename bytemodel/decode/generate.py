@@ -58,7 +58,7 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
     history = list(history)
     from ..ops import numpy_ops
-    step = OneToken(model, None, W) if ONE_TOKEN_STEP and ops is numpy_ops else None
+    step = OneToken(model, None, W) if ONE_TOKEN_STEP and ops is numpy_ops and isinstance(model, Model) else None
 
     def prefill(ids):
         cache = model.new_cache(1, T)
@@ -182,7 +182,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed, bias)
         return outs.result(samples)
     rng = np.random.default_rng(seed)
-    blas = OneBlasThread(model) if not speculative else nullcontext()   # one token's products: one thread
+    blas = OneBlasThread(model, hold=not speculative)   # one token's products: one thread
     if speculative:
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
