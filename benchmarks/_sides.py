@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--presets", default="tiny,small")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--side", choices=["ours", "torch"], help="measure one side in this process")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="PyTorch's intra-op threads (default 0: one per core); 1 is its best on a loaded machine")
     return ap
 
 
@@ -43,15 +45,19 @@ def main(script: str, args, measure, shape_header: str, shape, extra: list[str])
     if args.side:
         if args.side == "torch":
             import torch
-            torch.set_num_threads(os.cpu_count())
+            torch.set_num_threads(args.torch_threads or os.cpu_count())
         print(measure(args.side, args.presets))
         return
     import numpy as np
     import torch
-    print(f"torch {torch.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
-          f"median of {args.rounds} alternating rounds, each side in its own process")
+    if args.torch_threads:
+        extra = extra + ["--torch-threads", str(args.torch_threads)]
+    print(f"torch {torch.__version__} ({args.torch_threads or os.cpu_count()} threads), numpy {np.__version__}, "
+          f"{os.cpu_count()} cores; median of {args.rounds} alternating rounds, each side in its own process; "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
     print(f"| preset | {shape_header} | bytemodel tokens/s | PyTorch eager tokens/s | ratio |")
     print("|---|---|---|---|---|")
     for name in args.presets.split(","):
         ma, mb = compare(script, name, args.rounds, extra)
         print(f"| {name} | {shape(name)} | {ma:,.0f} | {mb:,.0f} | {ma / mb:.2f} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")

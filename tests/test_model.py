@@ -82,7 +82,8 @@ def test_kv_cache_matches_full_forward():
 
 
 def test_core_parallel_matches_serial():
-    """Batch slices on threads give the same losses and (to float32 rounding) the same gradients."""
+    """Batch slices on threads give the same losses and (to float32 rounding) the same gradients
+    (validation runs through ops/scorer.py instead: tests/test_validation_score.py)."""
     from bytemodel.training.runner import CoreParallel
     cfg = tiny_config(context=16)
     m = Model(cfg, numpy_ops)
@@ -98,5 +99,4 @@ def test_core_parallel_matches_serial():
     # float32 sums in another order: relative 1e-5 of the largest entry is ~100x float32 epsilon
     np.testing.assert_allclose(m.grads, ga, atol=1e-5 * np.abs(ga).max())
     assert all(not r.grads.any() for r in cp.replicas[1:])  # replicas hand their gradients over
-    np.testing.assert_allclose(cp.forward(x, y), a, rtol=1e-5)
     cp.close()
