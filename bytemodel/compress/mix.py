@@ -27,6 +27,10 @@ that over whole tokens, for every stream at once:
   chosen weights take a gradient step on the coded token's log-loss
   (d(-log p[y])/dw_i = E_p[input_i] - input_i[y]), at rate LR.
 
+Memory: the counts, at most 2^15 rows (a power of two near a quarter of the tokens) x A x 2 bytes
+per hashed context (about 150 MB for bytes, from 128 KB of tokens up; MAX_CELLS bounds large
+alphabets), plus 4 bytes per token of history and a 2 MB match table.
+
 Determinism: integer counts, float64 arithmetic in a fixed order on the calling thread, the same
 calls on both sides of the coder. The constants are part of the format: the container names the
 mixer (NAME); change any of them and NAME must change too.
@@ -71,7 +75,7 @@ class ContextMix:
         self.A, steps = A, int(self.lengths[0]) if S else 0
         n = int(self.lengths.sum())
         self.R = rows_for(n, A)
-        self.hist = np.zeros((S, steps + 1), dtype=np.int64)   # column j: the token of step j - 1
+        self.hist = np.zeros((S, steps + 1), dtype=np.int32)   # column j: the token of step j - 1
         self.row_len = steps + 1
         K = len(CONTEXTS) + WORD_CONTEXTS
         rows = [A + 1 if i < len(CONTEXTS) and len(CONTEXTS[i]) == 1 else self.R for i in range(K)]
