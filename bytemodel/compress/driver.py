@@ -128,9 +128,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             a, b = bounds[i]
             lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
             if mixer is not None:                                              # (the cpu engine: NumPy)
-                z = lg[:, :A].astype(np.float64)
-                z -= z.max(axis=1, keepdims=True)
-                np.subtract(z, np.log(np.exp(z).sum(axis=1, keepdims=True)), out=net[a:b])
+                net[a:b] = log_probs(lg[:, :A])
                 continue
             if engine == "cpu":
                 quants[i](lg, freqs[a:b])
@@ -187,8 +185,7 @@ def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
     z = mixer.predict(t, active, net[:active])
     freqs[:active] = quantise(z, A)
     if logp is not None:
-        zz = z - z.max(axis=1, keepdims=True)
-        logp[:active, :A] = zz - np.log(np.exp(zz).sum(axis=1, keepdims=True))
+        logp[:active, :A] = log_probs(z)
         logp[:active, A:] = -np.inf
 
 
