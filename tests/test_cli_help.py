@@ -28,13 +28,14 @@ def test_help_has_no_placeholders(cmd, monkeypatch):
 def test_help_says_what_checkpoint_and_baseline_take(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     gen = runner.invoke(app, ["generate", "--help"]).output
-    assert "A run directory (its best weights" in gen
+    assert "A run directory (its best weights" in gen and "--any-byte" in gen
     tr = runner.invoke(app, ["train", "--help"]).output
     assert "xz -9e" in tr and "xz -9 " not in tr
     monkeypatch.setenv("COLUMNS", "80")
     top = runner.invoke(app, ["--help"]).output
     plot = top.split("│ plot", 1)[1].split("│ data", 1)[0]
     assert "compressors' figures" in re.sub(r"\s*│\s*", " ", plot), plot   # one sentence, not cut
+    assert not re.search(r"compressors'\s*│\s*\n", top)       # the plot line is not cut mid-sentence
 
 
 def test_info_rounds_its_figures(tmp_path, dna_file, fast_settings):

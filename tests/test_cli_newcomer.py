@@ -57,29 +57,6 @@ def test_a_format_libsndfile_cannot_write_is_one_line(tmp_path, monkeypatch):
     assert not (tmp_path / "x.mp3").exists()
 
 
-COMMANDS = ["train", "generate", "score", "info", "compress", "decompress", "eval", "plot", "finetune", "chat",
-            "export", "import-hf", "readers", "gradcheck"]
-
-
-@pytest.mark.parametrize("cmd", COMMANDS)
-def test_help_has_no_placeholders(cmd, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "100")
-    out = runner.invoke(app, [cmd, "--help"]).output
-    assert "<bool>" not in out and not re.search(r"\{[a-z_]+\}|<list\[", out), out
-
-
-def test_help_says_what_checkpoint_and_baseline_take(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
-    gen = runner.invoke(app, ["generate", "--help"]).output
-    assert "A run directory (its best weights" in gen and "--any-byte" in gen
-    tr = runner.invoke(app, ["train", "--help"]).output
-    assert "xz -9e" in tr and "xz -9 " not in tr
-    top = runner.invoke(app, ["--help"]).output
-    plot = [l for l in top.splitlines() if "plot" in l][0]
-    assert "compressors' figures" in plot or "figures" in top.split("plot", 1)[1].split("│ data")[0]
-    assert not re.search(r"compressors'\s*│\s*\n", top)       # the plot line is not cut mid-sentence
-
-
 def test_info_rounds_and_generate_ends_a_terminal_line(audio_run, monkeypatch):
     out = runner.invoke(app, ["info", str(audio_run)]).output
     assert not re.search(r"\d\.\d{5,}", out) and re.search(r"validation \d\.\d{4} ± \d\.\d{4}", out), out
