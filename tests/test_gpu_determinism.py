@@ -86,7 +86,9 @@ def straight(tmp_path_factory):
 def test_two_runs_with_one_seed_give_the_same_bits(straight, precision):
     _, a = straight(precision, "a")
     _, b = straight(precision, "b")
-    assert len(a) == 3 * len(layout(ck.load(straight(precision)[0]).cfg))
+    cfg = ck.load(straight(precision)[0]).cfg
+    assert len(a) == 3 * len(layout(cfg))
+    assert cfg.dropout > 0    # --dropout auto on a GPU with 64 kB of data: the masks repeat too
     assert not differing(a, b), differing(a, b)
     if precision == "fp16":   # the comparison can fail: another seed changes every tensor
         _, c = straight(precision, "seed1", seed=1)
@@ -242,6 +244,6 @@ def test_model_gradients_repeat(ops):
 
     def run():
         m.grads[...] = 0
-        m.loss_and_grad(ops.asarray(x), ops.asarray(y))
+        m.loss_and_grad(ops.asarray(x), ops.asarray(y), 1.0 / x.size)
         return (m.grads,)
     assert _same_every_time(run, times=3)
