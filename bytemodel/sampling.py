@@ -16,7 +16,7 @@ def sampling_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> n
         p = np.zeros(logits.size)
         p[int(np.argmax(logits))] = 1.0
         return p
-    z = logits / temperature
+    z = logits / temperature if temperature != 1.0 else logits   # x / 1.0 is x: one pass saved
     if 0 < top_k < z.size:
         kth = np.partition(z, -top_k)[-top_k]
         z = np.where(z >= kth, z, -np.inf)
@@ -36,13 +36,16 @@ def sampling_probs(logits: np.ndarray, temperature=1.0, top_k=0, top_p=1.0) -> n
 def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0) -> int:
     """logits (V,) float64 over the real vocabulary -> one id.
 
-    Generator.choice(V, p=p) draws u = rng.random() (one double) and returns the first id whose
-    normalised cumulative probability exceeds u; the GPU sampler (gpu/decode.cu) does the same
-    from the same PCG64 state, so both devices share the seed semantics."""
+    The draw of Generator.choice(V, p=p), written out (without its checks of p, a third of a
+    token's time at the tiny preset): u = rng.random() (one double), then the first id whose
+    normalised cumulative probability exceeds u (tests/test_generate.py holds it to choice). The GPU
+    sampler (gpu/decode.cu) does the same from the same PCG64 state, so both devices share the
+    seed semantics."""
     if temperature == 0:
         return int(np.argmax(logits))
-    p = sampling_probs(logits, temperature, top_k, top_p)
-    return int(rng.choice(p.size, p=p))
+    cdf = np.cumsum(sampling_probs(logits, temperature, top_k, top_p))
+    cdf /= cdf[-1]
+    return int(cdf.searchsorted(rng.random(), side="right"))
 
 
 def rng_states(seed: int, n: int) -> np.ndarray:

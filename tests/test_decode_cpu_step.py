@@ -67,12 +67,10 @@ def test_generate_draws_the_same_bytes_with_and_without_the_step(name, kw, monke
 
 
 def test_a_tokens_logits_do_not_depend_on_the_blas_thread_count():
-    """generate holds BLAS to one thread while a small model steps (cpu_step.OneBlasThread): a
-    token's logits are those of two threads, bit for bit, at the tiny preset's shapes, from one
-    cache (prefills run at the caller's count: their (T, C) products do round by thread count)."""
-    from threadpoolctl import threadpool_info, threadpool_limits
+    """A token's logits at one BLAS thread are those of two, bit for bit, at the tiny preset's
+    shapes, from one cache (a prefill's are not: its (T, C) products round by thread count)."""
+    from threadpoolctl import threadpool_limits
     from bytemodel.config import preset
-    from bytemodel.decode.cpu_step import OneBlasThread, small_products
     m = Model(preset("tiny"), numpy_ops)
     m.init_weights(0)
     W, ids = m.weights(), np.random.default_rng(0).integers(0, 257, 200)
@@ -84,12 +82,29 @@ def test_a_tokens_logits_do_not_depend_on_the_blas_thread_count():
             step = OneToken(m, [(k.copy(), v.copy()) for k, v in first], W)
             got[n] = np.stack([step(int(t), p).copy() for p, t in enumerate(ids[8:], 8)])
     assert np.array_equal(got[1], got[2])
-    blas = lambda: [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]   # noqa: E731
-    with threadpool_limits(limits=2, user_api="blas"):
-        with OneBlasThread(m) as hold:
-            assert set(blas()) == {1}
-            with hold.released():
-                assert set(blas()) == {2}
-            assert set(blas()) == {1}
-        assert set(blas()) == {2}
+
+
+def test_generate_holds_blas_to_one_thread_prefills_included(monkeypatch):
+    """generate holds BLAS to one thread while a small model makes one sample (cpu_step.OneBlasThread),
+    its prefill and re-reads included, so its bytes do not depend on the caller's BLAS threads;
+    the caller's count is back afterwards; base's products are left to the caller's count."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+    from bytemodel.config import preset
+    from bytemodel.decode.cpu_step import small_products
+    blas = lambda: sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})   # noqa: E731
+    m, tok = _model("plain"), Tokenizer()
+    seen, real = [], m.forward_cached
+
+    def spy(idx, *a, **kw):
+        seen.append((idx.shape[1], blas()))
+        return real(idx, *a, **kw)
+    monkeypatch.setattr(m, "forward_cached", spy)
+    outs = {}
+    for n in (1, 2):
+        with threadpool_limits(limits=n, user_api="blas"):
+            outs[n] = gen.generate(m, tok, 2 * m.cfg.context, b"ABC", seed=3)
+            assert blas() == [n]
+    assert outs[1] == outs[2]
+    prefills = [s for s in seen if s[0] > 1]
+    assert len(prefills) >= 4 and all(t == [1] for _, t in prefills), seen    # 2 x (prompt + re-reads)
     assert small_products(preset("small")) and not small_products(preset("base"))   # base: left alone

@@ -88,18 +88,22 @@ def test_stop_at_document_end(lm, monkeypatch):
 
 
 def test_sample_next_is_one_uniform_and_the_cdf():
-    """sample_next (Generator.choice) draws u = rng.random() and takes the first id whose
-    normalised cumulative probability exceeds u: the rule the GPU sampler implements from the
-    same PCG64 state (gpu/decode.cu), so both devices share the seed semantics."""
+    """sample_next draws what Generator.choice(V, p=p) draws from the same state: u = rng.random()
+    and the first id whose normalised cumulative probability exceeds u (written out in sampling.py;
+    choice is the reference): the rule the GPU sampler implements from the same PCG64 state
+    (gpu/decode.cu), so both devices share the seed semantics."""
     from bytemodel.sampling import sampling_probs
     r = np.random.default_rng(1)
-    a, b = np.random.default_rng(7), np.random.default_rng(7)
-    for kw in [{}, {"top_k": 5}, {"top_p": 0.8, "temperature": 0.7}]:
+    a, b, c = np.random.default_rng(7), np.random.default_rng(7), np.random.default_rng(7)
+    for kw in [{}, {"top_k": 5}, {"top_p": 0.8, "temperature": 0.7}, {"temperature": 1.3}]:
         for _ in range(100):
             logits = r.standard_normal(257) * 3
-            cdf = np.cumsum(sampling_probs(logits, **kw))
+            p = sampling_probs(logits, **kw)
+            cdf = np.cumsum(p)
             cdf /= cdf[-1]
-            assert sample_next(logits, a, **kw) == int(np.searchsorted(cdf, b.random(), side="right"))
+            got = sample_next(logits, a, **kw)
+            assert got == int(b.choice(p.size, p=p))
+            assert got == int(np.searchsorted(cdf, c.random(), side="right"))
 
 
 def test_pcg64_arithmetic_of_the_gpu_sampler():

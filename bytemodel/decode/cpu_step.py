@@ -5,32 +5,36 @@ for bit, in fewer NumPy calls and no new arrays a token.
                                          # may be set to another); W: model.weights()
     logits = step(token, pos)            # (V,) float32, valid until the next call
 
-Batch-1 generation on the CPU costs a few hundred NumPy calls a token, not the products (tiny's
-are 0.9M multiply-adds). This copy of the block makes the same ufunc calls on the same values as
-numpy_ops through Model.block, and the same np.matmul calls on operands of the same shapes and
-strides (so BLAS takes the same path), and drops only what cannot change the logits:
+At the tiny preset a token's cost is NumPy calls rather than products (0.9M multiply-adds; the
+general path makes ~50 calls a layer, each a few microseconds). This copy of the block
+computes every value as numpy_ops does through Model.block, rounding for rounding, in 33 calls a
+layer into buffers made once (out=), with the same np.matmul calls on operands of the same shapes
+and strides (so BLAS takes the same path), and drops only what cannot change the logits:
 
 - the op wrappers, reshapes and the per-op caches for a backward pass;
 - attention's log-sum-exp (training only) and its diagonal mask, which for one query adds 0.0 to
   the last score (x + 0.0 is x; a -0.0 turns +0.0, which nothing after can tell apart);
-- the copies: RoPE writes the rotated key straight into its cache slot, every activation lands in
-  a buffer made once (out=), the residual stream is updated in place.
+- the copies: the rotated key lands in its cache slot, the residual stream is updated in place.
+
+and writes two steps another way that rounds the same: RoPE on q and k together as three passes,
+x * [cos, cos] + [x2, x1] * [-sin, sin] (x1 cos - x2 sin is x1 cos + x2 (-sin) in IEEE arithmetic,
+signed zeros included), and the RMSNorm's per-row scalars (np.mean's division in float64 by the
+count, rounded to float32; + eps, sqrt, 1/x in float32) on NumPy float32 scalars.
 
 tests/test_decode_cpu_step.py holds its logits to forward_cached's with np.array_equal, so the
 bytes generation draws are those of the general path. A change to numpy_ops or Model.block that
 this copy does not follow fails there.
 
-`OneBlasThread(model)`: generate holds BLAS to one thread while one sample steps, when every
-product of a token is small (SPLIT_MACS); prefills and re-reads run at the caller's count. A
-token's logits do not depend on the BLAS thread count (each output of a product is one thread's
-dot product; the test checks that 1 and 2 threads give the same bits).
+`OneBlasThread(model)`: generate holds BLAS to one thread while one sample is generated, when
+every product of a token is small (SPLIT_MACS), its prefills and re-reads included (so the bytes
+do not depend on the caller's BLAS thread count). A token's logits do not depend on the count
+anyway (each output of a product is one thread's dot product; the test checks 1 and 2 threads).
 
 Shapes: C d_model, H heads, K kv heads, G = H // K, D head dim, F d_ff, V vocabulary, S cache length.
 """
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -57,11 +61,13 @@ def small_products(cfg) -> bool:
 
 
 class OneBlasThread:
-    """Inside `with`: BLAS held to one thread (a model of small products on the CPU; otherwise
-    nothing changes), except inside `released()`, where the caller's count is back: a prefill's
-    (T, C) products are split over threads differently by thread count and so round differently,
-    one token's are not (every output one thread's dot product). Two calls into the BLAS library
-    cost ~35 us, so the count changes once a generation and twice a re-read, never a token."""
+    """Inside `with`: BLAS held to one thread, for a model of small products on the CPU (otherwise
+    nothing changes), prefills and re-reads included. A token's products give the same bits at
+    any thread count (every output one thread's dot product); a prefill's (T, C) products do not
+    (OpenBLAS splits them by thread count), so held, a generation's bytes no longer depend on the
+    caller's BLAS threads. On a loaded machine a second BLAS thread made a 64-token prefill at the
+    tiny preset 0.3 s, more than its 190 tokens. Two calls into the BLAS library cost ~35 us: the
+    count changes once a generation."""
 
     def __init__(self, model, hold: bool = True):
         self.libs = []
@@ -83,17 +89,6 @@ class OneBlasThread:
         self._set(self.saved)
         self.saved = None
 
-    @contextmanager
-    def released(self):
-        if not self.saved:
-            yield
-            return
-        self._set(self.saved)
-        try:
-            yield
-        finally:
-            self._set([1] * len(self.libs))
-
 
 class OneToken:
     """The (1, 1) step of Model.forward_cached over a cache of (1, K, S, D) buffers (see the module
@@ -101,89 +96,100 @@ class OneToken:
 
     def __init__(self, model, cache, W):
         cfg = model.cfg
-        self.cfg, self.cache = cfg, cache
+        self.cfg = cfg
         C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
         self.H, self.K, self.G, self.D, self.F = H, K, H // K, D, F
-        self.eps, self.C = cfg.norm_eps, np.intp(C)          # np.mean divides by an intp count
+        self.eps, self.C = cfg.norm_eps, C
         self.scale = np.float32(1.0 / math.sqrt(D))
-        self.cos, self.sin = model.rope(cfg.context, 0, model.ops.activation_dtype(model.dtype))  # (context, D/2)
+        cos, sin = model.rope(cfg.context, 0, model.ops.activation_dtype(model.dtype))   # (context, D/2)
+        # one rotation as three passes over q and k together: x * [cos, cos] + swap(x) * [-sin, sin],
+        # swap(x) = [x2, x1]; x1 cos - x2 sin is x1 cos + x2 (-sin) exactly, as _rotate's two halves
+        self.cc = np.concatenate([cos, cos], axis=1).reshape(cfg.context, 2, D // 2)
+        self.ss = np.concatenate([-sin, sin], axis=1).reshape(cfg.context, 2, D // 2)
         self.wte, self.norm_f, self.head = W["wte"], W["norm_f"], model.head(W)[0]
         self.layers = [tuple(W[f"layers.{i}.{n}"] for n in ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gateup",
                                                              "w_down")) for i in range(cfg.n_layers)]
         f32 = np.float32
         self.x = np.empty((1, C), f32)                        # the residual stream
-        self.sq, self.xh, self.h = np.empty((1, C), f32), np.empty((1, C), f32), np.empty((1, C), f32)
-        self.ms = np.empty((1, 1), f32)
+        self.sq, self.xh, self.h = np.empty(C, f32), np.empty((1, C), f32), np.empty((1, C), f32)
         self.qkv = np.empty((1, (H + 2 * K) * D), f32)
-        self.q = np.empty((1, H, 1, D), f32)                  # rotated queries, then scaled (qs)
-        self.tmp = np.empty((H, D // 2), f32)
+        self.r, self.rb = np.empty((H + K, 2, D // 2), f32), np.empty((H + K, 2, D // 2), f32)
+        self.q = np.empty((1, K, self.G, 1, D), f32)          # rotated and scaled queries
+        self.sbuf = np.empty(H * cfg.context, f32)            # scores, (1, K, G, 1, S) at the front
+        self.mx, self.l = np.empty((1, K, self.G, 1, 1), f32), np.empty((1, K, self.G, 1, 1), f32)
+        self.o = np.empty((1, K, self.G, 1, D), f32)
         self.y = np.empty((1, C), f32)
         self.u = np.empty((1, 2 * F), f32)
         self.sig, self.s = np.empty((1, F), f32), np.empty((1, F), f32)
         self.logits = np.empty((1, cfg.vocab_size), f32)
+        self.cache = cache
+        # views made once: q and k of the projection (and q, k swapped halves), the rotated key and
+        # queries, the values, the attention output as one row, the SwiGLU's gate and up halves
+        t = self.qkv.reshape(H + 2 * K, 2, D // 2)
+        self.qk, self.swap, self.tv = t[:H + K], t[:H + K, ::-1], t[H + K:].reshape(K, D)
+        self.rk, self.rq = self.r[H:].reshape(K, D), self.r[:H].reshape(self.q.shape)
+        self.of = self.o.reshape(1, H * D)
+        self.g, self.up = self.u[:, :F], self.u[:, F:]
 
     def _norm(self, g):
-        """self.h = rmsnorm(self.x) * g, as numpy_ops.rmsnorm_forward (np.mean's reduce, then its
-        division by the intp count)."""
-        np.square(self.x, out=self.sq)
-        ms = np.add.reduce(self.sq, axis=-1, keepdims=True, out=self.ms)
-        np.true_divide(ms, self.C, out=ms, casting="unsafe")
-        np.add(ms, self.eps, out=ms)
-        np.sqrt(ms, out=ms)
-        np.divide(1.0, ms, out=ms)
-        np.multiply(self.x, ms, out=self.xh)
+        """self.h = rmsnorm(self.x) * g, as numpy_ops.rmsnorm_forward: np.mean's float32 sum, its
+        division in float64 by the count rounded to float32, then float32 scalars (NumPy's own
+        rounding, the (N, 1) column's), one scale and one gain pass."""
+        np.square(self.x[0], out=self.sq)
+        ms = np.float32(float(np.add.reduce(self.sq)) / self.C)
+        r = 1.0 / np.sqrt(ms + self.eps)
+        np.multiply(self.x, r, out=self.xh)
         np.multiply(self.xh, g, out=self.h)
 
-    def _rotate(self, x, out, cos, sin):
-        """out = x rotated (numpy_ops._rotate's passes, in its order); x, out (n, D), cos/sin (D/2,)."""
-        h = self.D // 2
-        x1, x2, o1, o2 = x[:, :h], x[:, h:], out[:, :h], out[:, h:]
-        tmp = self.tmp[:x.shape[0]]
-        np.multiply(x2, sin, out=tmp)
-        np.multiply(x1, cos, out=o1)
-        o1 -= tmp
-        np.multiply(x1, sin, out=tmp)
-        np.multiply(x2, cos, out=o2)
-        o2 += tmp
+    @property
+    def cache(self):
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache):
+        """Per layer: the cache's key rows as (1, K, 1, D, S) (the scores' operand, transposed)
+        and its values as (1, K, 1, S, D), sliced to the keys seen each token."""
+        self._cache = cache
+        self.kv = None if cache is None else [(kc, vc, kc[:, :, None].swapaxes(-1, -2), vc[:, :, None])
+                                              for kc, vc in cache]
 
     def __call__(self, token: int, pos: int) -> np.ndarray:
-        H, K, G, D, F = self.H, self.K, self.G, self.D, self.F
-        x = self.x
+        H, K, G = self.H, self.K, self.G
+        x, r, rb, qk, swap, q, o, mx, l = self.x, self.r, self.rb, self.qk, self.swap, self.q, self.o, self.mx, self.l
+        h, y, sig, sw, g, u = self.h, self.y, self.sig, self.s, self.g, self.up
+        rk, tv, rq, of = self.rk, self.tv, self.rq, self.of
         x[0] = self.wte[token]
-        cos, sin = self.cos[pos], self.sin[pos]
+        cc, ss = self.cc[pos], self.ss[pos]
         S = pos + 1
-        for (an, wqkv, wo, mn, wgu, wd), (kc, vc) in zip(self.layers, self.cache):
+        s = self.sbuf[:H * S].reshape(1, K, G, 1, S)
+        for (an, wqkv, wo, mn, wgu, wd), (kc, vc, kt, vv) in zip(self.layers, self.kv):
             self._norm(an)
-            np.matmul(self.h, wqkv, out=self.qkv)
-            t = self.qkv.reshape(H + 2 * K, D)
-            q = self.q.reshape(H, D)
-            self._rotate(t[:H], q, cos, sin)
-            self._rotate(t[H:H + K], kc[0, :, pos], cos, sin)          # the key, rotated in its slot
-            vc[0, :, pos] = t[H + K:]
-            qs = self.q.reshape(1, K, G, 1, D)
-            qs *= self.scale
-            k, v = kc[:, :, :S], vc[:, :, :S]
-            s = np.matmul(qs, k[:, :, None].swapaxes(-1, -2))           # (1, K, G, 1, S)
-            m = s.max(axis=-1, keepdims=True)
-            s -= m
+            np.matmul(h, wqkv, out=self.qkv)
+            np.multiply(qk, cc, out=r)
+            np.multiply(swap, ss, out=rb)
+            r += rb
+            kc[0, :, pos] = rk                                          # the key, rotated, in its slot
+            vc[0, :, pos] = tv
+            np.multiply(rq, self.scale, out=q)
+            np.matmul(q, kt[..., :S], out=s)                            # (1, K, G, 1, S)
+            np.maximum.reduce(s, axis=-1, keepdims=True, out=mx)
+            s -= mx
             np.exp(s, out=s)
-            l = s.sum(axis=-1, keepdims=True)
-            o = np.matmul(s, v[:, :, None])                             # (1, K, G, 1, D)
+            np.add.reduce(s, axis=-1, keepdims=True, out=l)
+            np.matmul(s, vv[:, :, :, :S], out=o)                        # (1, K, G, 1, D)
             o /= l
-            np.matmul(o.reshape(1, H * D), wo, out=self.y)
-            x += self.y
+            np.matmul(of, wo, out=y)
+            x += y
             self._norm(mn)
-            np.matmul(self.h, wgu, out=self.u)
-            g, u = self.u[:, :F], self.u[:, F:]
-            sig = self.sig
+            np.matmul(h, wgu, out=self.u)
             np.negative(g, out=sig)
             np.exp(sig, out=sig)
             sig += 1.0
             np.reciprocal(sig, out=sig)
-            np.multiply(g, sig, out=self.s)
-            self.s *= u
-            np.matmul(self.s, wd, out=self.y)
-            x += self.y
+            np.multiply(g, sig, out=sw)
+            sw *= u
+            np.matmul(sw, wd, out=y)
+            x += y
         self._norm(self.norm_f)
-        np.matmul(self.h, self.head, out=self.logits)
+        np.matmul(h, self.head, out=self.logits)
         return self.logits[0]

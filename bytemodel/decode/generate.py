@@ -21,7 +21,6 @@ with one, generation on a GPU samples on the host (the cached forward still runs
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -47,12 +46,11 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None, bias=None, blas=None):
+              top_p=1.0, vocab: int | None = None, bias=None):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
     When the cache is full, the recent half of the history is re-read into a fresh cache.
-    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn).
-    blas: the caller's cpu_step.OneBlasThread; prefills run released from it."""
+    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn)."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
@@ -62,8 +60,7 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
 
     def prefill(ids):
         cache = model.new_cache(1, T)
-        with blas.released() if blas is not None else nullcontext():
-            logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
+        logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
         return cache, len(ids), masked(logits[0, -1, :V])
 
     def masked(row):
@@ -182,11 +179,11 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed, bias)
         return outs.result(samples)
     rng = np.random.default_rng(seed)
-    blas = OneBlasThread(model, hold=not speculative)   # one token's products: one thread
+    blas = OneBlasThread(model, hold=not speculative)   # a small model: one BLAS thread, prefills too
     if speculative:
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
-        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias, blas)
+        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias)
     with blas:
         for nxt in ids:
             outs.take(0, nxt)
