@@ -79,3 +79,16 @@ __device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
         p[c] = from_f(f[0]);
     }
 }
+
+// The dropout hash (numpy_ops.dropout_keep's rule; dropout.cu and flash_attn.cu draw with it):
+// element g is kept when byte g % 4 of drop_word(g / 4, k0, k1) is >= the threshold.
+__device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    x *= 0xc2b2ae35u;
+    x ^= x >> 16;
+    return x;
+}
+
+__device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }

@@ -12,16 +12,7 @@
 // _v8: 8 elements per thread (n % 8 == 0, offset % 4 == 0: two words); _v1: one element, any n.
 #include "common.cuh"
 
-__device__ __forceinline__ u32 fmix32(u32 x) {
-    x ^= x >> 16;
-    x *= 0x85ebca6bu;
-    x ^= x >> 13;
-    x *= 0xc2b2ae35u;
-    x ^= x >> 16;
-    return x;
-}
-
-__device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }
+// fmix32 and drop_word (the hash) are in common.cuh: flash_attn.cu draws attention dropout with them.
 
 template <int VW, bool RES>
 __device__ __forceinline__ void dropout_impl(const act_t* __restrict__ x, const act_t* __restrict__ res,

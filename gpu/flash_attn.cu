@@ -105,15 +105,64 @@ __device__ __forceinline__ void load_tile(act_t* s, const act_t* g, i64 rs, int 
 }
 
 // ------------------------------------------------------------------------------------------------
+// Attention-probability dropout (training; numpy_ops.attention_forward's drop=): probability
+// (b, h, i, j) of the whole batch (query i, key j, S keys a row) is element
+// g = off + ((b H + h) T + i) S + j of the dropout hash (common.cuh's drop_word, the rule of
+// numpy_ops.attn_keep), kept when its byte >= thr, then scaled by `scale` = 256 / (256 - thr).
+// Nothing is stored: the backward draws the same bits again. thr == 0 is never launched (the
+// kernels without dropout are separate instances, DROP = false). When off and S are multiples
+// of 4 (`aligned`: a hash word is 4 keys of one row) lanes share words through shuffles, one
+// hash per 4 probabilities; otherwise each probability hashes its own word.
+struct Drop {
+    i64 off;
+    u32 k0, k1, thr;
+    float scale;
+};
+
+__device__ __forceinline__ float drop_keep(float p, u32 byte, const Drop& dr) {
+    return (byte & 0xffu) >= dr.thr ? p * dr.scale : 0.f;
+}
+
+// The forward's tile row: s[nt][2 rh + e] is key n0 + 8 nt + 2 t + e of the row whose element
+// index at key n0 is rb. aligned: lanes t and t ^ 1 (same row, keys 8 nt + 4 (t >> 1) .. + 3 of
+// tiles nt and nt + 1) hash one word each and swap.
+template <int NTL>
+__device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb, int t, bool aligned,
+                                             const Drop& dr) {
+    if (aligned) {
+#pragma unroll
+        for (int nt = 0; nt < NTL; nt += 2) {
+            u32 mine = drop_word((u32)((rb + (nt + (t & 1)) * 8 + (t >> 1) * 4) >> 2), dr.k0, dr.k1);
+            u32 other = __shfl_xor_sync(0xffffffffu, mine, 1);
+            u32 w0 = ((t & 1) ? other : mine) >> (16 * (t & 1));   // keys 2t, 2t + 1: bytes 2 (t & 1), + 1
+            u32 w1 = ((t & 1) ? mine : other) >> (16 * (t & 1));
+            s[nt][2 * rh] = drop_keep(s[nt][2 * rh], w0, dr);
+            s[nt][2 * rh + 1] = drop_keep(s[nt][2 * rh + 1], w0 >> 8, dr);
+            s[nt + 1][2 * rh] = drop_keep(s[nt + 1][2 * rh], w1, dr);
+            s[nt + 1][2 * rh + 1] = drop_keep(s[nt + 1][2 * rh + 1], w1 >> 8, dr);
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NTL; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                i64 gi = rb + nt * 8 + 2 * t + e;
+                u32 w = drop_word((u32)(gi >> 2), dr.k0, dr.k1);
+                s[nt][2 * rh + e] = drop_keep(s[nt][2 * rh + e], w >> (8 * (int)(gi & 3)), dr);
+            }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Forward. Each warp owns MT m-tiles of 16 query rows (BM = 16 * MT * NW rows per CTA), so every
 // K/V fragment read from shared memory feeds MT tensor-core products. QREG keeps the Q fragments
 // in registers for the whole CTA (head dim 64); otherwise they are re-read per key tile.
-template <int D, int MT, int BN, int NW, bool QREG>
+template <int D, int MT, int BN, int NW, bool QREG, bool DROP = false>
 __device__ __forceinline__ void flash_fwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-    i64 osb, i64 osh, i64 ost, float scale_log2) {
+    i64 osb, i64 osh, i64 ost, float scale_log2, Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
     constexpr int BM = 16 * MT * NW, SD = D + 8, NT = 32 * NW;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     act_t* sQ = reinterpret_cast<act_t*>(smem_raw);
@@ -231,6 +280,9 @@ __device__ __forceinline__ void flash_fwd(
                 sum += p0 + p1;
             }
             lrow[mt][rh] = lrow[mt][rh] * alpha + sum;
+            if (DROP)   // after the row sum: l (and LSE) stay those of the undropped P
+                drop_fwd_row<BN / 8>(s[mt], rh, dr.off + ((i64)bh * T + m0 + wrow + mt * 16 + g + rh * 8) * S + n0,
+                                     t, ((dr.off | (i64)S) & 3) == 0, dr);
 #pragma unroll
             for (int dn = 0; dn < D / 8; dn++) { o[mt][dn][2 * rh] *= alpha; o[mt][dn][2 * rh + 1] *= alpha; }
         }
@@ -317,14 +369,15 @@ extern "C" __global__ void flash_bwd_pre(
 // counter: a block waits once, adds PAIR tiles' dQ, then counts itself, so PAIR times fewer waits
 // and fences (each costs a round trip to L2); the block after it in the order reaches the same
 // tiles BN / BM = 4 iterations later, so the wait is still rarely felt.
-template <int D, int BM, int MT, int NW, int ORDER, int TICKET, int PAIR>
+template <int D, int BM, int MT, int NW, int ORDER, int TICKET, int PAIR, bool DROP = false>
 __device__ __forceinline__ void flash_bwd(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
     float* __restrict__ dQacc, int* __restrict__ dQsem, act_t* __restrict__ dK, act_t* __restrict__ dV,
     int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {
+    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first,
+    Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
     constexpr int BN = 16 * MT * NW, SD = D + 8, SP = BM + 8, NT = 32 * NW;
     constexpr int RG = BM / 16, CG = NW / RG, DC = D / CG;   // dQ: row groups x column groups
     static_assert(PAIR == 1 || ORDER == 1, "several tiles per counter: ORDER 1 only");
@@ -447,21 +500,46 @@ __device__ __forceinline__ void flash_bwd(
                 }
             }
         }
-        // P^T = exp(S^T * scale - lse), masked; dS^T = P^T (dP^T - delta)
+        // P^T = exp(S^T * scale - lse), masked; dS^T = P^T (dP^T - delta). With dropout (the
+        // forward's mask Z, drawn again): dV takes (P Z)^T, dS^T = P^T (Z dP^T - delta).
         const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
+        const i64 drow = ((i64)b * H + hq) * T + m0;   // query m0's row: element off + (drow + qc) S + key
+        const bool aligned = DROP && ((dr.off | (i64)S) & 3) == 0;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < BM / 8; nt++)
+            for (int nt = 0; nt < BM / 8; nt++) {
+                // aligned: keys 4a .. 4a + 3 of a query are lanes 16a + 4i + t (i = 0..3, g = 4a + i),
+                // which need the same word for each e; lane i hashes the one for e = i, then shuffles
+                u32 wmine = 0;
+                if (aligned) {
+                    const int e = g & 3;
+                    const int qc = nt * 8 + 2 * t + (e & 1), key0 = n0 + wkey + mt * 16 + (g & ~3) + (e >> 1) * 8;
+                    wmine = drop_word((u32)((dr.off + (drow + qc) * S + key0) >> 2), dr.k0, dr.k1);
+                }
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int qc = nt * 8 + 2 * t + (e & 1);
                     int key = n0 + wkey + mt * 16 + g + (e >> 1) * 8;
                     float p = exp2f(sp[mt][nt][e] * scale_log2 - cL[qc]);
                     if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
-                    sp[mt][nt][e] = p;
-                    dp[mt][nt][e] = p * (dp[mt][nt][e] - cDl[qc]);
+                    if (DROP) {
+                        u32 byte;
+                        if (aligned) {
+                            byte = __shfl_sync(0xffffffffu, wmine, (lane & 0x13) | (e << 2)) >> (8 * (g & 3));
+                        } else {
+                            i64 gi = dr.off + (drow + qc) * S + key;
+                            byte = drop_word((u32)(gi >> 2), dr.k0, dr.k1) >> (8 * (int)(gi & 3));
+                        }
+                        float z = drop_keep(1.f, byte, dr);
+                        sp[mt][nt][e] = p * z;
+                        dp[mt][nt][e] = p * (z * dp[mt][nt][e] - cDl[qc]);
+                    } else {
+                        sp[mt][nt][e] = p;
+                        dp[mt][nt][e] = p * (dp[mt][nt][e] - cDl[qc]);
+                    }
                 }
+            }
         if (ORDER == 3 && threadIdx.x == 0) {
             if (it > 0)   // the last tile's adds were issued before the last barrier: count them in
                 red_release(dQsem + ((i64)b * H + kh * G + (it - 1) / nmt) * nct + first + (it - 1) % nmt, 1);
@@ -583,6 +661,19 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_d32(FWD_ARGS) { flas
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64(FWD_ARGS) { flash_fwd<64, 2, 64, 4, true>(FWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { flash_fwd<128, 2, 32, 4, false>(FWD_PASS); }
 
+// The same with attention dropout (the same tiles; cuda_ops launches these when drop= has p > 0).
+#define DROP_ARGS i64 doff, u32 k0, u32 k1, u32 thr, float dscale
+#define DROP_PASS Drop{doff, k0, k1, thr, dscale}
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d32_drop(FWD_ARGS, DROP_ARGS) {
+    flash_fwd<32, 2, 64, 4, true, true>(FWD_PASS, DROP_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d64_drop(FWD_ARGS, DROP_ARGS) {
+    flash_fwd<64, 2, 64, 4, true, true>(FWD_PASS, DROP_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128_drop(FWD_ARGS, DROP_ARGS) {
+    flash_fwd<128, 2, 32, 4, false, true>(FWD_PASS, DROP_PASS);
+}
+
 #define BWD_ARGS                                                                                  \
     const act_t *Q, const act_t *K, const act_t *V, const act_t *dO, const float *LSE,           \
         const float *Delta, float *dQacc, int *dQsem, act_t *dK, act_t *dV, int H, int KH, int T, \
@@ -599,5 +690,15 @@ extern "C" __global__ void __launch_bounds__(128) flash_fwd_d128(FWD_ARGS) { fla
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32(BWD_ARGS) { flash_bwd<32, 32, 2, 4, 1, 0, 2>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64(BWD_ARGS) { flash_bwd<64, 32, 2, 4, 1, 0, 2>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128(BWD_ARGS) { flash_bwd<128, 32, 1, 4, 1, 0, 2>(BWD_PASS); }
+
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d32_drop(BWD_ARGS, DROP_ARGS) {
+    flash_bwd<32, 32, 2, 4, 1, 0, 2, true>(BWD_PASS, DROP_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d64_drop(BWD_ARGS, DROP_ARGS) {
+    flash_bwd<64, 32, 2, 4, 1, 0, 2, true>(BWD_PASS, DROP_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128) flash_bwd_d128_drop(BWD_ARGS, DROP_ARGS) {
+    flash_bwd<128, 32, 1, 4, 1, 0, 2, true>(BWD_PASS, DROP_PASS);
+}
 
 #endif  // HAS_MMA

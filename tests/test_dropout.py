@@ -123,7 +123,7 @@ def test_attention_mask_is_the_rule_over_the_whole_score_array():
     key, p, offset = dropout_key(2, 9, 1 << 40), 0.5, 13
     whole = o.dropout_keep(B * H * T * T, key, offset, p).reshape(B, H, T, T)
     for q0, q1 in ((0, 3), (3, 7)):
-        keep, scale = o._attn_keep((p, key, offset), B, H, T, T, q0, q1, q1)
+        keep, scale = o.attn_keep((p, key, offset), B, H, T, T, q0, q1, q1)
         np.testing.assert_array_equal(keep, whole[:, :, q0:q1, :q1])
     # the op: v = identity rows picks out each kept probability (dropped ones read 0)
     q, k = np.zeros((B, H, T, T)), np.zeros((B, 2, T, T))   # equal scores: P = 1 / (i + 1)
@@ -188,16 +188,6 @@ def test_attention_masks_of_slices_are_those_of_the_whole_batch():
         grads.append(m.grads.copy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)   # float32 sums, in another order
     assert not np.allclose(grads[2], grads[0], rtol=1e-2, atol=1e-4)        # another step, other masks
-
-
-def test_attention_dropout_is_refused_on_the_gpu():
-    """The FlashAttention kernels draw no mask: a GPU run asking for it stops before it starts."""
-    from bytemodel.ops import ATTENTION_DROPOUT_NOT_ON_GPU, check_trainable
-    check_trainable(ModelConfig(dropout_attn=0.2), "cpu")
-    check_trainable(ModelConfig(dropout=0.2), "cuda")
-    with pytest.raises(ConfigError, match="not on the GPU yet") as e:
-        check_trainable(ModelConfig(dropout_attn=0.2), "cuda")
-    assert str(e.value) == ATTENTION_DROPOUT_NOT_ON_GPU and "\n" not in str(e.value)
 
 
 def test_dropout_setting_is_checked():

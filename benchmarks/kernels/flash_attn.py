@@ -72,10 +72,10 @@ def variant_backend():
     class Variants(cuda_ops.CudaBackend):
         use = {}
 
-        def _flash_kernel(self, kind, D):
+        def _flash_kernel(self, kind, D, drop=False):
             ver = self.use.get(kind)
-            if ver is None or ver == "shipped":
-                return super()._flash_kernel(kind, D)
+            if ver is None or ver == "shipped" or drop:   # the study variants draw no dropout mask
+                return super()._flash_kernel(kind, D, drop)
             if not hasattr(self, "_variants"):
                 with open(VARIANTS_FILE) as f:
                     code = cuda_ops._source("flash_attn.cu") + "\n" + f.read()

@@ -45,7 +45,7 @@ def train(
     dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
                                 "P in [0, 0.9], or auto (by training bytes and device; benchmarks/README.md)."),
     dropout_attn: float = typer.Option(0.0, "--dropout-attn", help="Dropout on the attention probabilities while "
-                                       "training, P in [0, 0.9] (default 0; CPU only: not on the GPU yet)."),
+                                       "training, P in [0, 0.9] (default 0)."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),

@@ -40,9 +40,11 @@ ATTRIBUTES = (
     "cpu_threads",              # True: batch slices may run on CPU threads (training/runner.py, CoreParallel)
 )
 # host-side helpers of numpy_ops: the plain rotation (rope_forward / rope_backward) is the oracle
-# the fused qkv_rope pair is built from; the dropout mask's rule, which the CUDA twin reproduces.
+# the fused qkv_rope pair is built from; the dropout masks' rules (residual and attention), which the
+# CUDA twins reproduce.
 # (The RoPE tables are host maths, made on the host for every backend: ops/host.py.)
-REFERENCE_ONLY = ("rope_forward", "rope_backward", "dropout_threshold", "dropout_keep")
+REFERENCE_ONLY = ("rope_forward", "rope_backward", "dropout_threshold", "dropout_keep",
+                  "attn_drop_threshold", "attn_keep", "attn_dropped")
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -61,18 +63,6 @@ def gpu_capability() -> tuple[int, int]:
     import cupy
     cc = cupy.cuda.Device().compute_capability   # e.g. "90"
     return int(cc[:-1]), int(cc[-1])
-
-
-ATTENTION_DROPOUT_NOT_ON_GPU = ("attention dropout (--dropout-attn) is not on the GPU yet (the FlashAttention "
-                                "kernels draw no mask); train with --device cpu or --dropout-attn 0")
-
-
-def check_trainable(cfg, device: str) -> None:
-    """Refuse, before a run starts, a model config the device's backend cannot train yet: dropout
-    on the attention probabilities (cfg.dropout_attn) is in the NumPy reference only. device: a
-    resolved one (resolve_device)."""
-    if device != "cpu" and cfg.dropout_attn > 0:
-        raise ConfigError(ATTENTION_DROPOUT_NOT_ON_GPU)
 
 
 def resolve_device(device: str) -> str:

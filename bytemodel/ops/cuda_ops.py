@@ -103,13 +103,16 @@ def _module(file: str, precision: str):
     return _MODULES[key]
 
 
-def _no_attention_dropout(drop):
-    """Attention-probability dropout needs its mask inside the FlashAttention kernels (not built;
-    ops.check_trainable refuses such a run before it starts, this is the backstop for the API)."""
-    if drop is not None and drop[0] > 0:
-        from ..errors import ConfigError
-        from . import ATTENTION_DROPOUT_NOT_ON_GPU
-        raise ConfigError(ATTENTION_DROPOUT_NOT_ON_GPU)
+def _attn_drop(drop, B, H, T, S):
+    """attention_forward/backward's drop = (p, key, offset) -> the flash kernels' dropout arguments
+    (offset, k0, k1, threshold, scale) as a tuple of host scalars, or None without dropout (None,
+    p = 0). The reference's checks first (numpy_ops.attn_drop_threshold: p's range, the counter)."""
+    from .numpy_ops import attn_drop_threshold, attn_dropped
+    if not attn_dropped(drop):
+        return None
+    thr, scale = attn_drop_threshold(drop, B, H, T, S)
+    p, key, offset = drop
+    return int(offset), np.uint32(key[0]), np.uint32(key[1]), np.uint32(thr), _f32(scale)
 
 
 def _i32(x):
@@ -496,11 +499,12 @@ class CudaBackend:
         D = q.shape[-1]
         return self.flash and D in FLASH_FWD and q.dtype == self.act_dtype and k.dtype == self.act_dtype
 
-    def _flash_kernel(self, kind: str, D: int):
-        """(kernel, tiles) of the FlashAttention kernel for "fwd" (BM, BN) or "bwd" (BM, BN, rows per dQ counter)
+    def _flash_kernel(self, kind: str, D: int, drop: bool = False):
+        """(kernel, tiles) of the FlashAttention kernel for "fwd" (BM, BN) or "bwd" (BM, BN, rows per dQ counter);
+        drop: its twin with attention dropout (flash_{kind}_d{D}_drop, the same tiles).
         (benchmarks/kernels/flash_attn.py overrides it to time the variants kept for study.)"""
         tiles = FLASH_FWD[D] if kind == "fwd" else FLASH_BWD[D]
-        return self._fn(f"flash_{kind}_d{D}", "flash_attn.cu"), tiles
+        return self._fn(f"flash_{kind}_d{D}{'_drop' if drop else ''}", "flash_attn.cu"), tiles
 
     @staticmethod
     def _strides(x):
@@ -524,14 +528,15 @@ class CudaBackend:
 
         FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); otherwise cuBLAS + softmax.
         The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
-        drop: attention-probability dropout is not on the GPU yet (training/prepare.py refuses a
-        run asking for it before it gets here).
+        drop (training only): (p, key, offset), numpy_ops.attention_forward's: the probabilities
+        dropped after the softmax (the row sum and lse stay P's), the mask of numpy_ops.attn_keep
+        drawn inside the kernel (flash_fwd_d*_drop), bit for bit the reference's.
         """
-        _no_attention_dropout(drop)
-        if not self._flash_ok(q, k):
-            return self._attention_forward_ref(q, k, v)
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
+        dr = _attn_drop(drop, B, H, T, S)
+        if not self._flash_ok(q, k):
+            return self._attention_forward_ref(q, k, v, drop if dr else None)
         q, qs = self._bhtd(q)
         k, ks = self._bhtd(k)
         v, vs = self._bhtd(v)
@@ -539,7 +544,7 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        fn, (BM, BN) = self._flash_kernel("fwd", D)
+        fn, (BM, BN) = self._flash_kernel("fwd", D, dr is not None)
         SD = D + 8
         smem = (BM * SD + 4 * BN * SD) * 2
         if fn.max_dynamic_shared_size_bytes < smem:
@@ -548,9 +553,11 @@ class CudaBackend:
         nb = max(1, GRID_Y_MAX // H)   # grid y is (batch, head): at most 65535, so many streams go in slices
         for b0 in range(0, B, nb):
             b1 = min(B, b0 + nb)
+            # the slice's first element in the mask's counter: batch row b0
+            extra = () if dr is None else (_i64(dr[0] + b0 * H * T * S),) + dr[1:]
             fn(((T + BM - 1) // BM, (b1 - b0) * H), (128,),
                (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
-                *qs, *ks, *vs, *os_, _f32(scale_log2)), shared_mem=smem)
+                *qs, *ks, *vs, *os_, _f32(scale_log2)) + extra, shared_mem=smem)
         return out, lse
 
     def attention_decode(self, q, kc, vc, n):
@@ -580,19 +587,21 @@ class CudaBackend:
     def attention_backward(self, dout, q, k, v, out, lse, block=None, drop=None):
         """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
         On the flash path dq is fp32 (the kernel's scaled accumulator; qkv_rope_backward reads it
-        as it is, with no cast pass), dk and dv the activation dtype. drop: as attention_forward's."""
-        _no_attention_dropout(drop)
-        if not self._flash_ok(q, k):
-            return self._attention_backward_ref(dout, q, k, v, out, lse)
+        as it is, with no cast pass), dk and dv the activation dtype. drop: the forward's; its mask
+        drawn again in flash_bwd_d*_drop (dV from P Z, dS = P (Z dP - delta), delta = rowsum(dO O)
+        of the dropped O, as numpy_ops.attention_backward)."""
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
+        dr = _attn_drop(drop, B, H, T, S)
+        if not self._flash_ok(q, k):
+            return self._attention_backward_ref(dout, q, k, v, out, lse, drop if dr else None)
         q, qs = self._bhtd(q)
         k, ks = self._bhtd(k)
         v, vs = self._bhtd(v)
         dout, ds = self._bhtd(self._act(dout) if dout.dtype != self.act_dtype else dout)
         out, os_ = self._bhtd(out)
         lse = cp.ascontiguousarray(lse, dtype=cp.float32)
-        fn, (BM, BN, RC) = self._flash_kernel("bwd", D)
+        fn, (BM, BN, RC) = self._flash_kernel("bwd", D, dr is not None)
         rows = B * H * T
         delta = cp.empty((rows,), dtype=cp.float32)
         dq_acc = cp.empty((B, H, T, D), dtype=cp.float32)
@@ -614,15 +623,25 @@ class CudaBackend:
         scale = 1.0 / math.sqrt(D)
         fn((nkb, B * K), (128,),
            (q, k, v, dout, lse, delta, dq_acc, dq_sem, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
-            *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634), _i32(heavy_first)),
-           shared_mem=smem)
+            *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634), _i32(heavy_first))
+           + (() if dr is None else (_i64(dr[0]),) + dr[1:]), shared_mem=smem)
         return dq_acc, dk, dv
 
     # the simple path: cuBLAS products and CuPy softmax, blocked over queries as the reference,
-    # computed in fp32 (fp64 stays fp64)
+    # computed in fp32 (fp64 stays fp64); drop: the mask of numpy_ops.attn_keep drawn per block
+    # with CuPy (the same integer arithmetic), in the forward and again in the backward
     _REF_BLOCK = 512
 
-    def _attention_forward_ref(self, q, k, v):
+    @staticmethod
+    def _ref_z(drop, B, K, G, T, S, q0, q1, kend, wt):
+        """Z = keep * scale (B, K, G, q1 - q0, kend) in dtype wt, or None without dropout."""
+        if drop is None:
+            return None
+        from .numpy_ops import attn_keep
+        keep, sc = attn_keep(drop, B, K * G, T, S, q0, q1, kend, xp=cp)
+        return keep.reshape(B, K, G, q1 - q0, kend).astype(wt) * wt(sc)
+
+    def _attention_forward_ref(self, q, k, v, drop=None):
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
         G = H // K
@@ -640,6 +659,9 @@ class CudaBackend:
             m = s.max(axis=-1, keepdims=True)
             p = cp.exp(s - m)
             l = p.sum(axis=-1, keepdims=True)
+            z = self._ref_z(drop, B, K, G, T, S, q0, q1, kend, wt)   # after the sum: lse is P's
+            if z is not None:
+                p = p * z
             out[:, :, :, q0:q1] = cp.matmul(p, vf[:, :, None, :kend]) / l
             lse[:, :, :, q0:q1] = (m + cp.log(l))[..., 0]
         return out.reshape(B, H, T, D).astype(q.dtype), lse.reshape(B, H, T)
@@ -651,7 +673,7 @@ class CudaBackend:
         rows = (S - T + q0) + cp.arange(b)[:, None]
         return cp.where(cols > rows, -cp.inf, s)
 
-    def _attention_backward_ref(self, dout, q, k, v, out, lse):
+    def _attention_backward_ref(self, dout, q, k, v, out, lse, drop=None):
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
         G = H // K
@@ -672,8 +694,11 @@ class CudaBackend:
             s = cp.matmul(qb, kf[:, :, None, :kend].swapaxes(-1, -2)) * scale
             s = self._mask(s, q0, S, T)
             p = cp.exp(s - lseg[:, :, :, q0:q1, None])
-            dv[:, :, :kend] += cp.matmul(p.swapaxes(-1, -2), dob).sum(axis=2)
+            z = self._ref_z(drop, B, K, G, T, S, q0, q1, kend, wt)
+            dv[:, :, :kend] += cp.matmul((p if z is None else p * z).swapaxes(-1, -2), dob).sum(axis=2)
             dp = cp.matmul(dob, vf[:, :, None, :kend].swapaxes(-1, -2))
+            if z is not None:
+                dp *= z
             dsc = p * (dp - delta[:, :, :, q0:q1, None]) * scale
             dq[:, :, :, q0:q1] = cp.matmul(dsc, kf[:, :, None, :kend])
             dk[:, :, :kend] += cp.matmul(dsc.swapaxes(-1, -2), qb).sum(axis=2)

@@ -204,18 +204,27 @@ def attention_decode(q, kc, vc, n):
     return attention_forward(q, kc[:, :, :n], vc[:, :, :n])[0]
 
 
-def _attn_keep(drop, B, H, T, S, q0, q1, kend):
-    """drop = (p, key, offset) -> the attention-probability mask of queries q0..q1-1, keys
-    0..kend-1: bool (B, H, q1 - q0, kend), True where kept, and the kept ones' scale. Probability (b, h, i, j) (query i, key j; S keys a row) is element
-    offset + ((b H + h) T + i) S + j of the hash's counter (offset: the first row's in the whole
-    batch), drawn by the rule of dropout_keep, so a block, a batch slice or the CUDA twin's tile
-    regenerates the same bits."""
+def attn_drop_threshold(drop, B, H, T, S):
+    """drop = (p, key, offset) of attention over (B, H, T, S) -> (threshold, scale) as
+    dropout_threshold's, after the checks (p's range; the counter: B H T S elements from offset
+    within 2^32 hash words). The CUDA twin makes the same checks."""
     p, key, offset = drop
     thr, scale = dropout_threshold(p)
     if offset < 0 or offset + B * H * T * S > 4 * 2 ** 32:
         raise ValueError("attention dropout counter outside 0 .. 2^32 words: batch too large")
-    g = (np.arange(B * H, dtype=np.int64)[:, None, None] * T + np.arange(q0, q1)[:, None]) * S
-    g = g + np.arange(kend) + offset                               # (B H, b, kend)
+    return thr, scale
+
+
+def attn_keep(drop, B, H, T, S, q0, q1, kend, xp=np):
+    """drop = (p, key, offset) -> the attention-probability mask of queries q0..q1-1, keys
+    0..kend-1: bool (B, H, q1 - q0, kend), True where kept, and the kept ones' scale. Probability (b, h, i, j) (query i, key j; S keys a row) is element
+    offset + ((b H + h) T + i) S + j of the hash's counter (offset: the first row's in the whole
+    batch), drawn by the rule of dropout_keep, so a block, a batch slice or the CUDA twin's tile
+    regenerates the same bits. xp: the array module (cuda_ops' fp32 path passes CuPy)."""
+    p, key, offset = drop
+    thr, scale = attn_drop_threshold(drop, B, H, T, S)
+    g = (xp.arange(B * H, dtype=xp.int64)[:, None, None] * T + xp.arange(q0, q1, dtype=xp.int64)[:, None]) * S
+    g = g + xp.arange(kend, dtype=xp.int64) + offset               # (B H, b, kend)
     h = (g >> 2).astype(np.uint32)
     h ^= np.uint32(key[0])
     _fmix32(h)
@@ -225,7 +234,8 @@ def _attn_keep(drop, B, H, T, S, q0, q1, kend):
     return (byte >= thr).reshape(B, H, q1 - q0, kend), scale
 
 
-def _attn_dropped(drop):
+def attn_dropped(drop):
+    """Whether attention_forward/backward's drop= drops anything (None or p = 0: no)."""
     return drop is not None and drop[0] > 0
 
 
@@ -233,7 +243,7 @@ def attention_forward(q, k, v, block=ATTN_BLOCK, drop=None):
     """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) (natural log).
 
     drop (training only): (p, key, offset): the probabilities P = softmax(scores) are dropped
-    after the softmax, out = (P * keep * scale) V (the mask of _attn_keep); lse stays that of P."""
+    after the softmax, out = (P * keep * scale) V (the mask of attn_keep); lse stays that of P."""
     B, H, T, D = q.shape
     K, S = k.shape[1], k.shape[2]
     G = H // K
@@ -250,8 +260,8 @@ def attention_forward(q, k, v, block=ATTN_BLOCK, drop=None):
         s -= m
         np.exp(s, out=s)                                          # unnormalised probabilities
         l = s.sum(axis=-1, keepdims=True)
-        if _attn_dropped(drop):                                   # dropped after the sum: lse is P's
-            keep, sc = _attn_keep(drop, B, H, T, S, q0, q1, kend)
+        if attn_dropped(drop):                                   # dropped after the sum: lse is P's
+            keep, sc = attn_keep(drop, B, H, T, S, q0, q1, kend)
             s = np.where(keep.reshape(s.shape), s * s.dtype.type(sc), s.dtype.type(0))
         o = np.matmul(s, v[:, :, None, :kend])
         o /= l
@@ -287,8 +297,8 @@ def attention_backward(dout, q, k, v, out, lse, block=ATTN_BLOCK, drop=None):
         _mask_diagonal(p)
         p -= lseg[:, :, :, q0:q1, None]
         np.exp(p, out=p)                                                 # (B, K, G, b, kend)
-        if _attn_dropped(drop):
-            keep, sc = _attn_keep(drop, B, H, T, S, q0, q1, kend)
+        if attn_dropped(drop):
+            keep, sc = attn_keep(drop, B, H, T, S, q0, q1, kend)
             z = np.where(keep.reshape(p.shape), p.dtype.type(sc), p.dtype.type(0))   # Z
             dv[:, :, :kend] += _sum_groups(np.matmul((p * z).swapaxes(-1, -2), dob))
             ds = np.matmul(dob, v[:, :, None, :kend].swapaxes(-1, -2))  # d(P Z)

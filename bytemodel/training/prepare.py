@@ -22,7 +22,7 @@ from .. import checkpoint as ckpt
 from ..config import PRESETS, ModelConfig, TrainConfig, preset as make_preset
 from ..corpus import build_corpus, open_corpus
 from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError
-from ..ops import check_trainable, resolve_device
+from ..ops import resolve_device
 from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
@@ -76,7 +76,6 @@ def prepare(tc: TrainConfig, resume: bool = False) -> Run:
         return _reopen(tc)
     tc.validate()
     tc.device = resolve_device(tc.device)   # recorded resolved: a resume computes where the run did
-    check_trainable(tc, tc.device)   # early, before the corpus; _finish checks the model's
     if not tc.source:
         raise SourceError("no source given (--source PATH)")
     if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
@@ -110,7 +109,6 @@ def _reopen(given: TrainConfig) -> Run:
                               f"(its tokens, split or size differ)")
     corpus.verify(loaded.cfg.vocab_size, run_dir)    # its files hashed again
     cfg = loaded.cfg
-    check_trainable(cfg, resolve_device(tc.device))
     if len(corpus.train) <= cfg.context or len(corpus.val) < 2:
         raise SourceError(f"corpus.json in {run_dir} is damaged: its split leaves no room for a "
                           f"window of context {cfg.context}")
@@ -153,7 +151,6 @@ def resumed_backend(run_device: str, run_precision: str, device: str, precision:
 def _finish(tc: TrainConfig, run_dir: Path, tok: Tokenizer, corpus, cfg: ModelConfig) -> Run:
     """A fresh run's Run: its warmup fitted to its steps (a time budget plans them later), its
     data record, its settings frozen."""
-    check_trainable(cfg, resolve_device(tc.device))
     from ..runinfo import run_data
     from .optim import fit_warmup
     note = "" if tc.minutes > 0 else fit_warmup(tc)
