@@ -49,12 +49,16 @@ def peers(data: bytes) -> dict:
     return out
 
 
-def model(spec: str):
-    return Fresh(spec[len("fresh-"):]) if spec.startswith("fresh-") else bytemodel.load(spec)
+def model(spec: str, device: str = "cpu", precision: str = "fp32"):
+    """A fresh model (fp32 on any device) or a run loaded onto the device."""
+    if spec.startswith("fresh-"):
+        return Fresh(spec[len("fresh-"):], device)
+    return bytemodel.load(spec, device=device, precision=precision)
 
 
-def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decompress: bool = True) -> dict:
-    lm = model(mspec)
+def row(name: str, path: str, mspec: str, mode: str, workers: int | None, decompress: bool = True,
+        device: str = "cpu", precision: str = "fp32") -> dict:
+    lm = model(mspec, device, precision)
     raw = open(path, "rb").read()
     spec = getattr(lm, "reader", "")             # the run's recorded reader, as compress takes it; fresh: none
     reader = get_reader(spec) if spec else detect(path)
@@ -102,12 +106,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--json", default="")
     ap.add_argument("--no-decompress", action="store_true", help="Compress only (sizes and compress KB/s).")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a fresh model computes in fp32 there)")
+    ap.add_argument("--precision", default="fp32", help="a run's precision on the device: fp32, fp16, bf16")
     args = ap.parse_args()
     rows = []
     for spec in args.rows:
         name, rest = spec.split("=", 1)
         path, mspec, mode = rest.rsplit(":", 2)
-        r = row(name, path, mspec, mode, args.workers or None, not args.no_decompress)
+        r = row(name, path, mspec, mode, args.workers or None, not args.no_decompress, args.device, args.precision)
         rows.append(r)
         print(json.dumps(r), flush=True)
         if args.json:

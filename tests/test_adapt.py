@@ -115,7 +115,7 @@ def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
         bmz.decompress(lm, bmz.compress(fresh, data[:100], adapt=settings(fresh)))
     lie = bmz.read(blob)
     for edit in (lambda h: h["adapt"].update(segment=0), lambda h: h["adapt"].update(optimizer="lion"),
-                 lambda h: h["adapt"].update(extra=1), lambda h: h["layout"].update(engine="lockstep", reread=16)):
+                 lambda h: h["adapt"].update(extra=1), lambda h: h["layout"].update(engine="lockstep", reread=3)):
         h = {**lie[0], "adapt": dict(lie[0]["adapt"]), "layout": dict(lie[0]["layout"])}
         edit(h)
         with pytest.raises(CompressError, match="malformed"):
@@ -125,8 +125,15 @@ def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
         bmz.decompress(lm, bmz._pack(h, lie[1]))
     with pytest.raises(ConfigError):
         Adapt(segment=0)
-    with pytest.raises(ConfigError, match="cpu engine"):
-        bmz.compress(lm, data, adapt=a, engine="lockstep")
+    # the lockstep engine (the GPU's) adapts too: the steppers take the new weights after each update
+    lock = bmz.compress(lm, data, adapt=a, streams=2, engine="lockstep")
+    assert bmz.read(lock)[0]["layout"]["engine"] == "lockstep"
+    assert lock == bmz.compress(lm, data, adapt=a, streams=2, engine="lockstep")
+    assert bmz.decompress(lm, lock) == data
+    learnt, static = {}, {}
+    bmz.compress(lm, data, adapt=a, streams=2, engine="lockstep", stats=learnt)
+    bmz.compress(lm, data, streams=2, engine="lockstep", stats=static)
+    assert learnt["model_bits"] < static["model_bits"]          # the updates reached the steppers
 
 
 def test_another_backend_is_refused(run_dir):
@@ -134,14 +141,23 @@ def test_another_backend_is_refused(run_dir):
     spec = importlib.util.find_spec("bytemodel.ops.numpy_ops")
     ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ops)
-    ops.describe = lambda: {"device": "cuda", "precision": "fp16"}
+    h200 = {"device": "cuda", "precision": "fp16", "gpu": "NVIDIA H200", "sm_count": 132}
+    ops.describe = lambda: h200
     lm = bytemodel.load(run_dir)
-    blob = bmz.compress(lm, b"ACGT" * 30, adapt=settings(lm))
-    lm.model.ops = ops
-    with pytest.raises(ConfigError, match="CPU only"):
-        bmz.compress(lm, b"ACGT" * 30, adapt=settings(lm))
-    with pytest.raises(ConfigError, match="CPU only"):
+    data = b"ACGT" * 30
+    blob = bmz.compress(lm, data, adapt=settings(lm))          # on the CPU
+    lm.model.ops = ops                                          # NumPy underneath, "an H200" to the container
+    gpu_blob = bmz.compress(lm, data, adapt=settings(lm))
+    assert bmz.read(gpu_blob)[0]["layout"]["engine"] == "lockstep"
+    with pytest.raises(CompressError, match="compressed on cpu"):
         bmz.decompress(lm, blob)
+    assert bmz.decompress(lm, gpu_blob) == data
+    ops.describe = lambda: {**h200, "gpu": "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(CompressError, match="adapted on NVIDIA H200"):
+        bmz.decompress(lm, gpu_blob)
+    ops.describe = lambda: {**h200, "sm_count": 114}
+    with pytest.raises(CompressError, match="adapted on NVIDIA H200"):
+        bmz.decompress(lm, gpu_blob)
 
 
 

@@ -328,7 +328,7 @@ def score(
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
     adapt: bool = typer.Option(False, "--adapt", help="Score as `compress --adapt` codes: the documents joined, "
-                               "in its streams, the model learning as it goes (CPU only)."),
+                               "in its streams, the model learning as it goes."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
@@ -348,8 +348,7 @@ def score(
             from .. import load
             lm, settings = load(checkpoint, device=device, last=True), None
             if adapt:
-                from ..compress.adapt import refuse_device, settings as adapt_settings
-                refuse_device(lm.model)
+                from ..compress.adapt import settings as adapt_settings
                 settings = adapt_settings(lm)
         else:
             lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)

@@ -24,18 +24,14 @@ def _run_reader(lm) -> str:
 def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
-    from ..compress.adapt import Fresh, refuse_device, settings
+    from ..compress.adapt import Fresh, settings
     if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None):
         raise ConfigError("--preset and --adapt-* need --adapt")
     if preset and checkpoint is not None:
         raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
-    if adapt and device != "cpu":
-        raise ConfigError(f"--adapt runs on the CPU only: the {device} backward is not deterministic yet, so a "
-                          f"decoder could not repeat the encoder's updates")
     lm = Fresh(preset, device) if preset else load(checkpoint, device=device, precision=precision)
     if not adapt:
         return lm, None
-    refuse_device(lm.model)
     return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix)
 
 
@@ -74,7 +70,7 @@ def compress(
     content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
                                  "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),
     adapt: bool = typer.Option(False, "--adapt", help="Learn the file while coding it (an optimizer step after "
-                               "every segment, repeated by the decoder; CPU only)."),
+                               "every segment, repeated by the decoder; on a GPU the decoder needs the same GPU model)."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: start from a seeded fresh "
                                "model of this preset (tiny, small): no training needed."),
     adapt_lr: Optional[float] = typer.Option(None, "--adapt-lr", help="Learning rate of --adapt (default: 3e-4 "

@@ -20,14 +20,17 @@ BLAS held to one thread by the driver), into its own buffer; the lanes' buffers 
 order; then one AdamW (or SGD) step over the flat buffer (ops.adamw_step, element-wise; the global
 norm for clipping in float64). Threads only decide where a lane runs. The cached keys and values
 of the tokens in the window stay as the previous weights computed them (both sides alike); the
-next tokens use the new weights (cpu_engine.CpuLockstep.refold).
+next tokens use the new weights (cpu_engine.CpuLockstep.refold; the lockstep engine takes the new
+weights() views).
 
 Mixing (`mix`, default compress/mix.NAME): the network's prediction is mixed with counts of the
 file's own contexts and matches before it is quantised (compress/mix.py); "none" codes the
 network's prediction alone (what files from before the mixer did).
 
-GPU: refused until the GPU backward is deterministic (its reductions use atomics, whose order
-changes from run to run).
+GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device). Its
+kernels give the same bits for the same inputs on the same GPU model (docs/GPU.md,
+"Determinism"), so a decoder on that GPU model repeats the encoder's updates; the container names
+the backend and another one is refused, as for every file.
 """
 from __future__ import annotations
 
@@ -109,14 +112,6 @@ def settings(lm, segment=None, lr=None, optimizer=None, lookback=None, mix=None)
     return Adapt(**{**base, **given})
 
 
-def refuse_device(model) -> None:
-    """--adapt computes on the CPU only, for now (one line for any other device)."""
-    device = model.ops.describe()["device"]
-    if device != "cpu":
-        raise ConfigError(f"--adapt runs on the CPU only: the {device} backward is not deterministic yet "
-                          f"(its reductions use atomics), so a decoder could not repeat the encoder's updates")
-
-
 class Adapter:
     """The update that both sides of the coder take after every segment (see the module doc).
 
@@ -132,7 +127,8 @@ class Adapter:
         self.hist = np.zeros((S, steps + 1), dtype=np.int32)   # column j: the token of step j - 1
         self.hist[:, 0] = doc_id
         self.steps = steps
-        self.grads = [np.zeros_like(model.grads) for _ in bounds]      # one buffer per lane: a fixed partition
+        xp = model.xp                                                  # the backend's arrays (NumPy or CuPy)
+        self.grads = [xp.zeros_like(model.grads) for _ in bounds]      # one buffer per lane: a fixed partition
         self.opt = AdamW(model, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay) \
             if a.optimizer == "adamw" else None
         self.updates = 0
@@ -152,9 +148,10 @@ class Adapter:
         steps = np.arange(c0, c1 - 1)                                              # the step of each target
         mask = ((steps[None, :] >= first) & (steps[None, :] < self.lengths[a:b, None])).astype(np.float32)
         rep.grads[...] = 0
-        rep.forward(x, y, mask)
-        rep.backward(np.full(x.size, 1.0 / n_total, dtype=np.float32))
-        np.copyto(self.grads[i], rep.grads)
+        o = rep.ops
+        rep.forward(o.asarray(x), o.asarray(y), mask)
+        rep.backward(o.asarray(np.full(x.size, 1.0 / n_total, dtype=np.float32)))
+        self.grads[i][...] = rep.grads
 
     def update(self, t: int, run) -> None:
         """One optimizer step on the segment that ended at step t. run(fn): call fn(i, w) for every
@@ -197,6 +194,19 @@ class Fresh:
         self.model = Model(self.cfg, get_backend(device, "fp32", strict=False))
         self.model.init_weights(seed)
         self.path, self.train_state, self.fresh_preset = None, {}, preset_name
+
+
+def check_gpu(header: dict, lm) -> None:
+    """An adapted file decodes only on the GPU model it was made on: its updates repeat bit for bit
+    on the same chip and SM count (cuBLAS's promise, and our kernels'), not across chips."""
+    made, here = header["backend"], lm.model.ops.describe()
+    if made.get("device") == "cpu" or here.get("device") == "cpu":
+        return                        # (the CPU: bit-identical on any machine; a device change is refused before)
+    a = (made.get("gpu"), made.get("sm_count"))
+    b = (here.get("gpu"), here.get("sm_count"))
+    if a != b:
+        raise CompressError(f"this file adapted on {a[0]} ({a[1]} SMs); this GPU is {b[0]} ({b[1]} SMs), where "
+                            f"the updates would not repeat bit for bit: decompress it on a {a[0]}")
 
 
 def check_start(header: dict, lm) -> None:

@@ -227,8 +227,6 @@ def _validate(h: dict, version: int = VERSION) -> None:
     if h.get("adapt") is not None:
         from .adapt import Adapt
         Adapt.from_header(h["adapt"])
-        if lay["engine"] != "cpu":
-            raise ValueError("adaptation codes with the cpu engine")
     if not isinstance(backend.get("device"), str):
         raise ValueError("backend missing")
     P = _int(h, "payload_bytes") - lb                 # the coders' words (the layout blob follows them)

@@ -69,7 +69,7 @@ from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
-from .adapt import Adapt, Adapter, check_start, refuse_device
+from .adapt import Adapt, Adapter, check_gpu, check_start
 from .mix import ContextMix
 from .view import plan, rebuild
 from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams, default_lane, default_streams,
@@ -89,8 +89,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     logp) gets the S' = active streams (the first S', those with more than t tokens), their
     frequencies (S', A) (integers, as float32) and, if want_logp, the full model's log-probabilities (S', V)
     float64 (else None), and returns their tokens (S',). Inactive streams are fed token 0.
-    adapt (the cpu engine only): after every segment, one optimizer step on what was coded
-    (compress/adapt.py); the model's weights change in place.
+    adapt: after every segment, one optimizer step on what was coded (compress/adapt.py); the
+    model's weights change in place, and every stepper then computes with the new ones.
     """
     model, tok = lm.model, lm.tokenizer
     S = len(lengths)
@@ -114,8 +114,6 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                     for i, (a, b) in enumerate(bounds)]
     adapter = None
     if adapt is not None:
-        if engine != "cpu":
-            raise ConfigError("--adapt codes with the cpu engine")
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
     mixer = ContextMix(lengths, A) if adapt is not None and adapt.mix != "none" else None
     net = np.empty((S, A), dtype=np.float64) if mixer is not None else None   # the network's log-probabilities
@@ -127,8 +125,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         for i in mine[w]:
             a, b = bounds[i]
             lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
-            if mixer is not None:                                              # (the cpu engine: NumPy)
-                net[a:b] = log_probs(lg[:, :A])
+            if mixer is not None:                                              # on the host, float64
+                net[a:b] = log_probs(ops.to_numpy(lg[:, :A]))
                 continue
             if engine == "cpu":
                 quants[i](lg, freqs[a:b])
@@ -165,9 +163,13 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 if adapter.due(t):
                     adapter.update(t, lambda fn: _on_workers(pool, mine, fn))
                     weights = model.weights()
-                    folded = Folded(model, weights)
-                    for st in steppers:
-                        st.refold(folded, weights)
+                    if engine == "cpu":
+                        folded = Folded(model, weights)
+                        for st in steppers:
+                            st.refold(folded, weights)
+                    else:
+                        for st in steppers:
+                            st.weights = weights        # the cache keeps what the old weights computed
             if progress is not None:
                 progress(active)
     finally:
@@ -248,7 +250,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     reader (a Reader, a spec string or None): the model codes the reader's view of the file
     (compress/view.py: its documents when it splits the file exactly, else the bytes as they are);
     content: an image's pixels, re-encoded losslessly on decompression (view "content").
-    adapt (compress/adapt.py, the CPU's cpu engine only): the model learns the file as it codes it
+    adapt (compress/adapt.py, either engine, any backend): the model learns the file as it codes it
     (one optimizer step after every segment, repeated by the decoder); its settings go in the header.
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
@@ -271,10 +273,6 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     data = view.data
     model, tok = lm.model, lm.tokenizer
     device = model.ops.describe()["device"]
-    if adapt is not None:
-        refuse_device(model)
-        if engine not in (None, "cpu"):
-            raise ConfigError("--adapt codes with the cpu engine")
     engine, W, rr = _engine_window(device, model.cfg.context, engine, window, reread)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
@@ -363,9 +361,10 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     header, payload = read(blob)
     adapt = None if header.get("adapt") is None else Adapt.from_header(header["adapt"])
     if adapt is not None:
-        refuse_device(lm.model)
         check_start(header, lm)
     check_model(header, lm)
+    if adapt is not None:
+        check_gpu(header, lm)
     constriction = _coder()
     lay = header["layout"]
     n, S, W, ln = lay["tokens"], lay["streams"], lay["window"], lay["lane"]

@@ -1,0 +1,63 @@
+"""--adapt on the GPU: the decoder repeats the encoder's updates bit for bit (the CUDA kernels are
+deterministic on one GPU model), for a fresh model (fp32 there) and for a CPU-trained run loaded at
+fp16 and bf16, with AdamW and with SGD; the same bytes from two compressions; what adapting gains
+on the device; and a GPU file refused on the CPU. Skipped without CuPy, a GPU or the coder (CI)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import gpu_marks
+
+cp = pytest.importorskip("cupy")
+pytestmark = gpu_marks(cp)
+pytest.importorskip("constriction")
+
+import bytemodel  # noqa: E402
+from bytemodel import compress as bmz  # noqa: E402
+from bytemodel.compress.adapt import Fresh, settings  # noqa: E402
+from bytemodel.errors import CompressError  # noqa: E402
+
+FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=40, eval_tokens=256, warmup=2,
+            model={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64})
+SMALL = dict(d_model=64, n_layers=2, n_heads=1, d_ff=128)     # head dim 64: FlashAttention's kernel at fp16/bf16
+TEXT = (b"To adapt is to learn the file while coding it; the decoder repeats every step. " * 12)[:900]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("adapt-gpu")
+    src = d / "toy.txt"
+    src.write_bytes(b"ACGTTGCAAGGT" * 400)
+    bytemodel.train(str(src), str(d / "run"), steps=20, lr=3e-3, device="cpu",
+                    **{**FAST, "model": dict(FAST["model"], d_model=64, n_heads=1, d_ff=128)})
+    return d / "run"
+
+
+def test_a_fresh_model_adapts_on_the_gpu():
+    fresh = Fresh("tiny", "cuda", **SMALL)
+    a = settings(fresh, segment=8, lr=1e-2)
+    st_a, st_s = {}, {}
+    blob = bmz.compress(fresh, TEXT, adapt=a, streams=4, stats=st_a)
+    h = bmz.read(blob)[0]
+    assert h["backend"]["device"] == "cuda" and h["layout"]["engine"] == "lockstep"
+    assert blob == bmz.compress(Fresh("tiny", "cuda", **SMALL), TEXT, adapt=a, streams=4)
+    assert bmz.decompress(Fresh("tiny", "cuda", **SMALL), blob) == TEXT
+    bmz.compress(fresh, TEXT, streams=4, stats=st_s)
+    assert st_a["model_bits"] < 0.6 * st_s["model_bits"], (st_a["model_bits"], st_s["model_bits"])
+    with pytest.raises(CompressError, match="compressed on cuda"):
+        bmz.decompress(Fresh("tiny", **SMALL), blob)             # the CPU refuses a GPU file
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("optimizer,lr", [("adamw", 3e-3), ("sgd", 0.05)])
+def test_a_run_adapts_on_the_gpu(run_dir, precision, optimizer, lr):
+    lm = bytemodel.load(run_dir, device="cuda", precision=precision)
+    data = b"ACGTTGCAAGGT" * 30 + b"a different tail " * 12
+    a = settings(lm, segment=4, optimizer=optimizer, lr=lr)
+    st_a, st_s = {}, {}
+    blob = bmz.compress(lm, data, adapt=a, streams=2, stats=st_a)
+    assert blob == bmz.compress(lm, data, adapt=a, streams=2)
+    again = bytemodel.load(run_dir, device="cuda", precision=precision)
+    assert bmz.decompress(again, blob) == data
+    bmz.compress(lm, data, streams=2, stats=st_s)
+    assert st_a["model_bits"] < st_s["model_bits"], (st_a["model_bits"], st_s["model_bits"])
