@@ -90,9 +90,11 @@ def grow_vocab(params: np.ndarray, old, new, doc_id: int) -> np.ndarray:
     """Flat params of config `old` -> flat params of `new`, which may have a larger vocabulary.
 
     Every tensor is copied; rows of wte (V, C) and columns of lm_head (C, V) past the old V start
-    as copies of the <doc> row / column. Everything but vocab_size must match.
+    as copies of the <doc> row / column. Everything but vocab_size (and the training-only dropout
+    rates, which shape no weight) must match.
     """
-    if {**old.to_dict(), "vocab_size": 0} != {**new.to_dict(), "vocab_size": 0}:
+    free = {"vocab_size": 0, "dropout": 0, "dropout_attn": 0}
+    if {**old.to_dict(), **free} != {**new.to_dict(), **free}:
         raise ConfigError("the fine-tune's model must be its parent's (only the vocabulary may grow)")
     if new.vocab_size < old.vocab_size:
         raise ConfigError("the vocabulary cannot shrink")

@@ -324,3 +324,25 @@ def test_the_api_functions_stay_callable_after_every_module_is_imported():
             importlib.import_module(m.name)
     for name in bytemodel.__all__:
         assert not isinstance(getattr(bytemodel, name), type(bytemodel)), f"bytemodel.{name} is a module"
+
+
+def test_cli_finetune_dropout_flags(parent, tmp_path):
+    """`finetune --dropout / --dropout-attn` set the fine-tune's own; without them it keeps the
+    parent's (0 here); a bad value is one error line; --resume refuses to change them."""
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    base = ["finetune", "--from", str(parent / "pre"), "--source", str(parent / "src.txt"), "--steps", "2",
+            "--eval-every", "2", "--eval-tokens", "64", "--quiet"]
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "a"), "--dropout", "0.2", "--dropout-attn", "0.1"])
+    assert r.exit_code == 0, r.output
+    cfg = ck.load(tmp_path / "a").cfg
+    assert (cfg.dropout, cfg.dropout_attn) == (0.2, 0.1)
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    parent_cfg = ck.load(parent / "pre").cfg
+    cfg = ck.load(tmp_path / "b").cfg
+    assert (cfg.dropout, cfg.dropout_attn) == (parent_cfg.dropout, parent_cfg.dropout_attn)
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "c"), "--dropout", "0.95"])
+    assert r.exit_code == 2 and "error:" in r.output and "dropout" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["finetune", "--resume", "--out", str(tmp_path / "a"), "--dropout", "0.3"])
+    assert r.exit_code == 2 and "error:" in r.output and "--resume keeps it" in r.output

@@ -39,6 +39,10 @@ def finetune(
     eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
     eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time."),
     val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Share of the data held out."),
+    dropout: Optional[float] = typer.Option(None, "--dropout", help="Dropout on the embedding and every residual "
+                                            "branch, P in [0, 0.9] (default: the parent's)."),
+    dropout_attn: Optional[float] = typer.Option(None, "--dropout-attn", help="Dropout on the attention "
+                                                 "probabilities, P in [0, 0.9] (default: the parent's)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Fine-tune a trained run on new data, pairs or conversations, into a new run directory.
@@ -69,6 +73,11 @@ def finetune(
                         val_fraction=val_fraction)
         if steps is not None:
             settings["steps"] = steps
+        for name, value in (("dropout", dropout), ("dropout_attn", dropout_attn)):
+            if value is not None:            # else the parent's (TrainConfig's -1)
+                if resume:
+                    raise ConfigError(f"--{name.replace('_', '-')} is set up with the fine-tune; --resume keeps it")
+                settings[name] = value
         if resume:
             settings = {k: settings[k] for k in ("device", "precision", "steps") if k in settings}
         res = api_finetune(parent, data, out, examples=kind if kind != "source" else "",
