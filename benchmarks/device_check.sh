@@ -1,0 +1,44 @@
+#!/bin/bash
+# One call of a lent GPU machine that checks and measures the whole GPU side (each step under its
+# own timeout, about 9 minutes in all; logs and JSON under $OUT). Run from the repository root:
+#     bash benchmarks/device_check.sh            # everything
+#     bash benchmarks/device_check.sh suite      # only the GPU tests
+# The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
+# may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
+# into /tmp/site when present. Every command here ran on the H200 on 2026-12-01 (benchmarks/README.md).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/device_check}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=$PWD:/tmp/site
+else
+    export PYTHONPATH=$PWD
+fi
+only=${1:-all}
+T0=$(date +%s)
+step() { echo "== $1 at $(( $(date +%s) - T0 )) s"; }
+nvidia-smi -L
+python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+
+step "GPU tests"
+XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
+timeout 240 python3 -m pytest -q -p no:cacheprovider $XD --timeout 200 -m gpu tests -rfE > "$OUT/suite.log" 2>&1
+echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
+[ "$only" = suite ] && exit 0
+
+step "training against torch.compile"
+timeout 200 python3 benchmarks/gpu_train.py --presets small base --bf16 base --steps 10 --json "$OUT/gpu_train.json" \
+    > "$OUT/gpu_train.log" 2>&1; grep -E "tok/s|peak" "$OUT/gpu_train.log"
+step "scoring"
+timeout 100 python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.2 --hf --rounds 2 \
+    > "$OUT/score.log" 2>&1; tail -6 "$OUT/score.log"
+step "generation"
+timeout 90 python3 benchmarks/generate.py --device cuda --presets base --samples 1,64 --tokens 512 \
+    > "$OUT/generate.log" 2>&1; tail -4 "$OUT/generate.log"
+step "the compressor"
+timeout 45 python3 benchmarks/compress.py --preset base --device cuda --precision fp16 --train-steps 0 --bytes 400000 \
+    > "$OUT/compress.log" 2>&1; tail -4 "$OUT/compress.log"
+step end
