@@ -169,7 +169,7 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     f.write_bytes(TEXT[:300])
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-segment", 8])
     assert code == 0 and "adapting, adamw lr 0.002 every 8 tokens from preset tiny, mixed with the file's counts" in out, out
-    assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx1"
+    assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx2"
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-mix", "none", "-o", tmp_path / "n.bmz"])
     assert code == 0 and "the network alone" in out, out
     assert bmz.read((tmp_path / "n.bmz").read_bytes())[0]["adapt"]["mix"] == "none"

@@ -1,23 +1,24 @@
-"""The context mixer of `compress --adapt` (compress/mix.py): its weight gradient against finite
-differences, what its counts and match model learn that the network cannot, exact round trips
-with it, and old files (adapted before the mixer) decoding as they were coded."""
+"""The context mixers of `compress --adapt` (ctx1: compress/mix.py; ctx2, the default: compress/mix2.py):
+their weight gradients against finite differences, what their counts and match model learn that the
+network cannot, ctx2's checked rows and fresh start, exact round trips with each, and old files
+(adapted before the mixer, or with ctx1) decoding as they were coded."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bytemodel.compress import mix as M
+from bytemodel.compress import mix as M, mix2 as M2
 from bytemodel.compress.adapt import Adapt, MIX
 
 
-def _drive_mixer(data: bytes, S: int, net_bits: bool = False):
+def _drive_mixer(data: bytes, S: int, make=M.ContextMix):
     """Code `data` (bytes as tokens, S streams) with a uniform network: the mix's bits and the mixer."""
     x = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
     n = len(x)
     L = np.full(S, n // S, dtype=np.int64)
     L[: n % S] += 1
     st = np.concatenate([[0], np.cumsum(L)[:-1]])
-    m = M.ContextMix(L, 256)
+    m = make(L, 256)
     net = np.full((S, 256), -np.log(256.0))
     bits = 0.0
     for t in range(int(L[0])):
@@ -63,12 +64,13 @@ def test_weight_gradient_matches_finite_differences():
     np.testing.assert_allclose(m.W[sel[0]] - w0, M.LR * num, rtol=1e-6, atol=1e-13)
 
 
-def test_counts_and_matches_learn_what_a_uniform_network_cannot():
+@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix2], ids=["ctx1", "ctx2"])
+def test_counts_and_matches_learn_what_a_uniform_network_cannot(make):
     # 2 KB of random bytes, four times: the network (uniform) pays 8 bits a byte; the first copy is
     # incompressible, the three repeats are what the match model and the counts must catch
     rng = np.random.default_rng(1)
-    block = rng.integers(0, 256, 2048, dtype=np.uint8).tobytes()
-    bits, _ = _drive_mixer(block * 4, 3)        # 3 streams: not in phase with the copies
+    block = rng.integers(0, 256, 1024, dtype=np.uint8).tobytes()
+    bits, _ = _drive_mixer(block * 4, 3, make)  # 3 streams: not in phase with the copies
     n = 4 * len(block)
     assert bits < 0.5 * 8 * n, bits / n          # at most half of the network's 8 bits a byte
     assert bits > 0.2 * 8 * n                    # and the incompressible first copy is still paid for
@@ -76,7 +78,9 @@ def test_counts_and_matches_learn_what_a_uniform_network_cannot():
 
 def test_a_file_adapted_before_the_mixer_reads_as_unmixed():
     a = Adapt()
-    assert a.mix == MIX == M.NAME
+    assert a.mix == MIX == M2.NAME
+    assert Adapt.from_header({**a.header(), "mix": M.NAME}).mix == "ctx1"      # ctx1 files keep their mixer
+    assert type(M2.mixer("ctx1", [10], 256)) is M.ContextMix and type(M2.mixer("ctx2", [10], 256)) is M2.ContextMix2
     old = {k: v for k, v in a.header().items() if k != "mix"}
     assert Adapt.from_header(old).mix == "none"
     with pytest.raises(ValueError):
@@ -87,3 +91,100 @@ def test_table_rows_fit_the_file_and_the_caps():
     assert M.rows_for(1000, 256) == 256
     assert M.rows_for(10 ** 8, 256) == 1 << M.MAX_ROWS_BITS
     assert M.rows_for(10 ** 8, 4096) * 4096 <= M.MAX_CELLS
+
+
+def test_ctx2_weight_steps_match_finite_differences():
+    # ctx2's update: each weight set k (its row Ws[sel_k], plus the contexts' confidence weights Wc)
+    # steps LR * d log p_k[y] / dw with p_k = softmax(z_k), the set alone; the final layer V[order]
+    # LR_FINAL * d log p[y] / dv with p the mix; Wc[i, cls_i] LR_CONF * the sets' mean gradient on
+    # context i. Central differences in float64, step 1e-6: truncation O(h^2) ~ 1e-12, rounding
+    # ~ 1e-16 * |log p| / h ~ 1e-9 on a gradient, 1.5e-12 after the rate: rtol 1e-6, atol 1e-11
+    # (a wrong sign, factor or input is off by the gradient itself, >= 1e-6 here).
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 4, 700, dtype=np.uint8).tobytes()
+    _, m = _drive_mixer(data, 1, M2.ContextMix2)
+    t = 500
+    m.hist[:, t + 1:] = 0
+    net = np.log(rng.dirichlet(np.ones(256), size=1))
+    m.predict(t, 1, net)
+    _, _, X, _, _, _, sel, cls, order, zs, pred, has, lb, _ = m._step
+    y = 3
+    W = m.Ws[sel[0]].copy()                                      # (SETS, M) the chosen rows
+    W[:, 2:] += m.Wc[np.arange(m.K), cls[0]]
+    v0, Ws0, Wc0 = m.V[order[0]].copy(), m.Ws.copy(), m.Wc.copy()
+    bonus = np.zeros(256)
+    if has[0]:
+        bonus[pred[0]] = m.wm[lb[0]]
+
+    def lsm(zz):
+        zz = zz - zz.max()
+        return zz[y] - np.log(np.exp(zz).sum())
+
+    def num(f, x):
+        out = np.empty_like(x)
+        for i in range(len(x)):
+            e = np.zeros_like(x)
+            e[i] = 1e-6
+            out[i] = (f(x + e) - f(x - e)) / 2e-6
+        return out
+
+    g = [num(lambda w: lsm(w @ X[0]), W[k]) for k in range(M2.SETS)]
+    gv = num(lambda v: lsm(v[0] * (W[0] @ X[0]) + v[1] * (W[1] @ X[0]) + bonus), v0)
+    m.update(t, 1, np.array([y]))
+    for k in range(M2.SETS):
+        np.testing.assert_allclose(m.Ws[sel[0, k]] - Ws0[sel[0, k]], M2.LR * g[k], rtol=1e-6, atol=1e-11)
+    np.testing.assert_allclose(m.V[order[0]] - v0, M2.LR_FINAL * gv, rtol=1e-6, atol=1e-11)
+    dc = m.Wc[np.arange(m.K), cls[0]] - Wc0[np.arange(m.K), cls[0]]
+    np.testing.assert_allclose(dc, M2.LR_CONF * (g[0] + g[1])[2:] / 2, rtol=1e-6, atol=1e-11)
+
+
+def test_ctx2_a_row_another_context_owns_reads_as_empty():
+    # a hashed row carries its owner's check: a stream whose context hashes to a row another context
+    # owns must read it as empty (the prior: every token log(1/A)), and then own it, cleared
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 8, 1200, dtype=np.uint8).tobytes()
+    _, m = _drive_mixer(data, 2, M2.ContextMix2)
+    t, i = 500, 2                                               # context 2: (1, 2, 3), hashed
+    assert m.hashed[i]
+    m.predict(t, 2, np.full((2, 256), -np.log(256.0)))
+    X, rows, chk = m._step[2], m._step[3], m._step[4]
+    r = rows[0, i]
+    assert m.total[r] > 0 and m.check[r] == chk[0, i]          # seen before: counts, not the prior
+    assert not np.allclose(X[0, 2 + i], -np.log(256.0))
+    m.check[r] ^= 0x8000                                         # now another context's row
+    m.predict(t, 2, np.full((2, 256), -np.log(256.0)))
+    X = m._step[2]
+    np.testing.assert_allclose(X[0, 2 + i], -np.log(256.0), rtol=1e-12)
+    m.update(t, 2, np.array([5, 6]))
+    assert m.check[r] == chk[0, i] and m.table[r, 5] == 1 and m.total[r] == 1   # taken over, cleared, counted
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_ctx2_a_fresh_start_gives_the_network_no_weight(fresh):
+    # at the first step (no counts yet) the mix of a fresh start must not depend on the network; from a
+    # checkpoint it must
+    m = M2.ContextMix2([50, 50], 256, fresh=fresh)
+    rng = np.random.default_rng(4)
+    z = [m.predict(0, 2, np.log(rng.dirichlet(np.ones(256), size=2))) for _ in range(2)]
+    d = lambda a: a - a.max(axis=1, keepdims=True)
+    assert np.allclose(d(z[0]), d(z[1])) == fresh
+
+
+@pytest.mark.parametrize("mix", ["ctx1", "ctx2"])
+def test_each_mixer_round_trips_and_its_name_decides(mix):
+    pytest.importorskip("constriction")
+    from bytemodel import compress as bmz
+    from bytemodel.compress.adapt import Fresh, settings
+    from bytemodel.errors import CompressError
+    small = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64)
+    lm = Fresh("tiny", **small)
+    text = (b"Counting learns at once; the second time a context occurs, its count predicts. " * 10)[:700]
+    blob = bmz.compress(lm, text, adapt=settings(lm, segment=8, mix=mix), streams=2)
+    header, payload = bmz.read(blob)
+    assert header["adapt"]["mix"] == mix
+    assert bmz.decompress(Fresh("tiny", **small), blob) == text
+    other = "ctx1" if mix == "ctx2" else "ctx2"                  # the same payload read with the other mixer
+    from bytemodel.compress.container import _pack
+    header["adapt"]["mix"] = other
+    with pytest.raises(CompressError):
+        bmz.decompress(Fresh("tiny", **small), _pack(header, payload))

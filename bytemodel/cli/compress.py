@@ -36,7 +36,7 @@ def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, 
 
 
 def _adapt_words(a) -> str:
-    mixed = "mixed with the file's counts" if a.mix != "none" else "the network alone"
+    mixed = f"mixed with the file's counts ({a.mix})" if a.mix != "none" else "the network alone"
     return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens from {a.start.replace(':', ' ')}, {mixed}"
 
 
@@ -78,8 +78,9 @@ def compress(
     adapt_segment: Optional[int] = typer.Option(None, "--adapt-segment", help="Tokens per stream between two "
                                                 "updates (default 32)."),
     adapt_optimizer: Optional[str] = typer.Option(None, "--adapt-optimizer", help="adamw (default) or sgd."),
-    adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx1 (default): the network mixed with "
-                                            "counts of the file's own contexts and matches; none: the network alone."),
+    adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx2 (default): the network mixed with "
+                                            "counts of the file's own contexts and matches; ctx1: the first such mixer; "
+                                            "none: the network alone."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):

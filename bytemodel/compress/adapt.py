@@ -23,9 +23,10 @@ of the tokens in the window stay as the previous weights computed them (both sid
 next tokens use the new weights (cpu_engine.CpuLockstep.refold; the lockstep engine takes the new
 weights() views).
 
-Mixing (`mix`, default compress/mix.NAME): the network's prediction is mixed with counts of the
-file's own contexts and matches before it is quantised (compress/mix.py); "none" codes the
-network's prediction alone (what files from before the mixer did).
+Mixing (`mix`, default compress/mix2.NAME "ctx2"): the network's prediction is mixed with counts
+of the file's own contexts and matches before it is quantised (compress/mix2.py; "ctx1",
+compress/mix.py, is the first mixer, which older files name); "none" codes the network's
+prediction alone (what files from before the mixer did).
 
 GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device). Its
 kernels give the same bits for the same inputs on the same GPU model (docs/GPU.md,
@@ -42,8 +43,8 @@ import numpy as np
 from ..errors import CompressError, ConfigError
 
 OPTIMIZERS = ("adamw", "sgd")
-MIX = "ctx1"                   # compress/mix.NAME: the mixer of this version
-MIXES = ("none", MIX)
+MIX = "ctx2"                   # compress/mix2.NAME: the mixer of new files
+MIXES = ("none", "ctx1", MIX)   # ctx1 (compress/mix.py): files from before ctx2 still decode
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
 
 
@@ -61,7 +62,7 @@ class Adapt:
     clip: float = 1.0           # global gradient norm
     lookback: int = 8           # context tokens before each segment in a training sequence (not targets)
     start: str = "checkpoint"   # or "preset:NAME" (a fresh model of that preset, seed FRESH_SEED)
-    mix: str = MIX              # the network mixed with the file's counts (compress/mix.py), or "none"
+    mix: str = MIX              # the network mixed with the file's counts (compress/mix2.py), ctx1, or "none"
 
     def __post_init__(self):
         check(self)

@@ -70,7 +70,7 @@ from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, chec
                         information_limit, read)
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .adapt import Adapt, Adapter, check_gpu, check_start
-from .mix import ContextMix
+from .mix2 import mixer as make_mixer
 from .view import plan, rebuild
 from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams, default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
@@ -115,7 +115,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     adapter = None
     if adapt is not None:
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
-    mixer = ContextMix(lengths, A) if adapt is not None and adapt.mix != "none" else None
+    mixer = (make_mixer(adapt.mix, lengths, A, fresh=adapt.start != "checkpoint")
+             if adapt is not None and adapt.mix != "none" else None)
     net = np.empty((S, A), dtype=np.float64) if mixer is not None else None   # the network's log-probabilities
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
@@ -183,7 +184,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
 
 def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
     """Step t's frequencies (and log-probabilities, if asked) from the mix of the network's prediction
-    with the file's counts (compress/mix.py)."""
+    with the file's counts (compress/mix2.py: the mixer the settings name)."""
     z = mixer.predict(t, active, net[:active])
     freqs[:active] = quantise(z, A)
     if logp is not None:

@@ -67,7 +67,10 @@ def rows_for(n_tokens: int, alphabet: int) -> int:
 
 class ContextMix:
     """The mixer of one compression (see the module doc). lengths (S,): tokens per stream
-    (non-increasing); alphabet A: the coded ids are 0..A-1."""
+    (non-increasing); alphabet A: the coded ids are 0..A-1. The format's constants are class
+    attributes (the module's), so a later mixer (compress/mix2.py) can change them in a subclass."""
+
+    NAME, CONTEXTS, CHAIN, WORD_CONTEXTS = NAME, CONTEXTS, CHAIN, WORD_CONTEXTS
 
     def __init__(self, lengths, alphabet: int):
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -77,8 +80,8 @@ class ContextMix:
         self.R = rows_for(n, A)
         self.hist = np.zeros((S, steps + 1), dtype=np.int32)   # column j: the token of step j - 1
         self.row_len = steps + 1
-        K = len(CONTEXTS) + WORD_CONTEXTS
-        rows = [A + 1 if i < len(CONTEXTS) and len(CONTEXTS[i]) == 1 else self.R for i in range(K)]
+        K = len(self.CONTEXTS) + self.WORD_CONTEXTS
+        rows = [A + 1 if i < len(self.CONTEXTS) and len(self.CONTEXTS[i]) == 1 else self.R for i in range(K)]
         self.K, self.offset = K, np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
         self.table = np.zeros((sum(rows), A), dtype=np.uint16)   # every context's rows, one after the other
         self.total = np.zeros(sum(rows), dtype=np.int64)         # each row's sum
@@ -90,7 +93,7 @@ class ContextMix:
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", dtype=np.uint8))
         self.c0 = np.zeros(A, dtype=np.int64)
         self.M = 2 + K                               # network, order 0, contexts
-        self.W = np.full(((CHAIN + 1) * N_BUCKETS, self.M), W0)
+        self.W = np.full(((self.CHAIN + 1) * N_BUCKETS, self.M), W0)
         self.W[:, 0] = 1.0                                       # start as the network alone
         self.wm = np.zeros(MAX_LEN + 1)
         self.mtab = np.full(1 << MATCH_BITS, -1, dtype=np.int64)   # hash -> flat index into hist
@@ -98,9 +101,10 @@ class ContextMix:
         self.mlen = np.zeros(S, dtype=np.int64)
         self._step = None
 
-    def _hash(self, t: int, active: int, ctx, salt: int) -> np.ndarray:
-        """Row of each active stream's context `ctx` before step t (tokens before a stream's start: A)."""
-        if len(ctx) == 1:                                   # a table with a row per token value
+    def _key(self, t: int, active: int, ctx, salt: int):
+        """Each active stream's context `ctx` before step t (tokens before a stream's start: A): its
+        token for one-token contexts (a table with a row per value), else a 64-bit hash."""
+        if len(ctx) == 1:
             col = t + 1 - ctx[0]
             return self.hist[:active, col] if col >= 1 else np.full(active, self.A, dtype=np.int64)
         h = np.full(active, salt, dtype=np.uint64)
@@ -111,14 +115,29 @@ class ContextMix:
         h ^= h >> np.uint64(29)
         h *= _P
         h ^= h >> np.uint64(32)
-        return (h % np.uint64(self.R)).astype(np.int64)
+        return h
 
-    def _word_row(self, active: int, i: int) -> np.ndarray:
+    def _hash(self, t: int, active: int, ctx, salt: int) -> np.ndarray:
+        """Row of each active stream's context `ctx` before step t."""
+        h = self._key(t, active, ctx, salt)
+        return h if len(ctx) == 1 else (h % np.uint64(self.R)).astype(np.int64)
+
+    def _word_key(self, active: int, i: int) -> np.ndarray:
         h = self.word[:active] * _P + np.uint64(i)
-        if i > len(CONTEXTS):
+        if i > len(self.CONTEXTS):
             h = (h ^ (self.prev_word[:active] >> np.uint64(7))) * _P
         h ^= h >> np.uint64(32)
-        return (h % np.uint64(self.R)).astype(np.int64)
+        return h
+
+    def _word_row(self, active: int, i: int) -> np.ndarray:
+        return (self._word_key(active, i) % np.uint64(self.R)).astype(np.int64)
+
+    def _match(self, active: int):
+        """The match model's prediction before a step: (pred (active,), -1 where none; has; length bucket)."""
+        ptr = self.mptr[:active]
+        has = ptr >= 0
+        pred = np.where(has, self.hist.reshape(-1)[np.maximum(ptr, 0)], -1)
+        return pred, has, np.minimum(self.mlen[:active], MAX_LEN)
 
     def predict(self, t: int, active: int, net) -> np.ndarray:
         """net (active, A) float64: the network's log-probabilities -> the mix's logits (active, A)."""
@@ -128,20 +147,18 @@ class ContextMix:
         X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
         rows = np.empty((active, self.K), dtype=np.int64)
         for i in range(self.K):
-            rows[:, i] = self._hash(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_row(active, i)
+            rows[:, i] = self._hash(t, active, self.CONTEXTS[i], i + 1) if i < len(self.CONTEXTS) else self._word_row(active, i)
         rows += self.offset
         counts = self.total[rows].astype(np.float64)                     # (active, K)
         np.subtract(_LOG_C[self.table[rows]], np.log(counts + ALPHA * A)[:, :, None], out=X[:, 2:])
-        seen = counts[:, :CHAIN] > 0
-        order = np.where(seen.any(axis=1), CHAIN - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
+        C = self.CHAIN
+        seen = counts[:, :C] > 0
+        order = np.where(seen.any(axis=1), C - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
         n_top = np.where(order > 0, counts[np.arange(active), np.maximum(order - 1, 0)], 0.0)
         bucket = np.minimum(np.log2(n_top + 1).astype(np.int64) // 2, N_BUCKETS - 1)
         sel = order * N_BUCKETS + bucket
         z = np.einsum("sm,sma->sa", self.W[sel], X)
-        ptr = self.mptr[:active]
-        has = ptr >= 0
-        pred = np.where(has, self.hist.reshape(-1)[np.maximum(ptr, 0)], -1)
-        lb = np.minimum(self.mlen[:active], MAX_LEN)
+        pred, has, lb = self._match(active)
         hs = np.flatnonzero(has)
         z[hs, pred[hs]] += self.wm[lb[hs]]
         self._step = (t, active, X, rows, sel, pred, has, lb, z)
@@ -161,13 +178,23 @@ class ContextMix:
         gm = (pred == sym).astype(np.float64) - np.where(has, p[s, np.maximum(pred, 0)], 0.0)
         np.add.at(self.wm, lb[has], 4 * LR * gm[has])
         r = rows.reshape(-1)
-        np.add.at(self.table, (r, np.repeat(sym, self.K)), 1)
+        self._count(r, np.repeat(sym, self.K), LIMIT)
+        self._advance(t, active, sym, pred, has)
+        self._step = None
+
+    def _count(self, r, sym, limit: int) -> None:
+        """Add one to the cells (r, sym) (flat rows, repeats add up); halve a row whose total passes limit."""
+        np.add.at(self.table, (r, sym), 1)
         np.add.at(self.total, r, 1)
-        full = r[self.total[r] > LIMIT]
+        full = r[self.total[r] > limit]
         if len(full):
             full = np.unique(full)
             self.table[full] >>= 1
             self.total[full] = self.table[full].sum(axis=1, dtype=np.int64)
+
+    def _advance(self, t: int, active: int, sym, pred, has) -> None:
+        """After step t: order 0, the history, the words and the match model take the coded tokens sym."""
+        s = np.arange(active)
         np.add.at(self.c0, sym, 1)
         self.hist[:active, t + 1] = sym
         w = self.wordish[sym]
@@ -188,4 +215,3 @@ class ContextMix:
             self.mptr[:active] = np.where(lost & (found >= 0), found, self.mptr[:active])
             # where the token after this context will be: column t + 2 of the stream (known from the next step on)
             self.mtab[slot] = s * self.row_len + t + 2
-        self._step = None

@@ -1,0 +1,148 @@
+"""The second context mixer ("ctx2", the default of new `--adapt` files): ctx1 (compress/mix.py)
+with checked rows, weights by each input's own confidence, and two weight sets mixed again.
+
+    mix = mixer(name, lengths, alphabet, fresh)     # "ctx1" or "ctx2": the container's name
+    z = mix.predict(t, active, net_logp); mix.update(t, active, tokens)   # as ctx1
+
+What changes from ctx1 (each measured on machine code under a DNA model and on English from a
+fresh model: benchmarks/README.md, "A second mixer"):
+- checked rows: a hashed context's row carries 16 bits of its hash; a row that another context
+  owns reads as empty (no longer one context's counts polluted by another's), and the update
+  gives it to the first stream (in stream order) that claims it this step, cleared; a stream
+  whose check then differs from the owner's adds nothing to it.
+- confidence weights: each context input's weight is the chosen set's weight plus a weight of its
+  own class: log2 of its row's count (CONF_BUCKETS classes) and whether the row has seen a single
+  token only (deterministic), so a context that has seen little counts for little.
+- two weight sets, one chosen by the longest order seen and its count (as ctx1), one by the
+  previous token; each learns as if it predicted alone (its own softmax), and a final layer
+  (weights chosen by the order, starting at 1/2 each) mixes their logits and learns on the mix.
+- an order-8 context, LIMIT 8000, LR 1.5e-3.
+- a fresh start (`--adapt --preset`, no checkpoint) gives the network weight 0 at the start: it
+  knows nothing yet (from a checkpoint: 1, as ctx1).
+
+Memory: ctx1's, with 10 hashed contexts (was 9) and a uint16 check per row: about 170 MB of counts
+for bytes from 128 KB of tokens up.
+
+Determinism: as ctx1 (integer counts; float64 in a fixed order on the calling thread, the weighted
+sums by einsum as ctx1's, no BLAS). The constants
+are the format: change any and NAME must change too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import mix as ctx1
+from .mix import _LOG_C, ContextMix
+
+NAME = "ctx2"
+CONTEXTS = ctx1.CONTEXTS + ((1, 2, 3, 4, 5, 6, 7, 8),)
+LIMIT = 8000                        # a row whose total passes this is halved (ctx1: 2000)
+LR = 1.5e-3                         # each weight set's rate (ctx1: 1e-3)
+LR_CONF = 3e-4                      # the confidence weights' rate
+LR_FINAL = 2e-3                     # the final layer's rate
+CONF_BUCKETS = 6                    # confidence classes by log2(count + 1), each deterministic or not
+SETS = 2                            # weight sets: by order and count, by the previous token
+
+
+def mixer(name: str, lengths, alphabet: int, fresh: bool = False):
+    """The mixer the container names: "ctx1" (files from before ctx2) or "ctx2"."""
+    if name == ctx1.NAME:
+        return ContextMix(lengths, alphabet)
+    if name == NAME:
+        return ContextMix2(lengths, alphabet, fresh)
+    raise ValueError(f"unknown mixer {name!r}")
+
+
+class ContextMix2(ContextMix):
+    """The ctx2 mixer (the module doc). fresh: the network starts with weight 0 (a seeded fresh model)."""
+
+    NAME, CONTEXTS = NAME, CONTEXTS
+
+    def __init__(self, lengths, alphabet: int, fresh: bool = False):
+        super().__init__(lengths, alphabet)
+        A, K = self.A, self.K
+        self.hashed = np.array([i >= len(CONTEXTS) or len(CONTEXTS[i]) > 1 for i in range(K)])
+        self.check = np.zeros(len(self.total), dtype=np.uint16)   # a hashed row's owner (0: nobody yet)
+        w_net = 0.0 if fresh else 1.0
+        self.Ws = np.zeros((self.W.shape[0] + A + 1, self.M))     # set 0's rows, then set 1's (a row per token, and none)
+        self.Ws[:, 0] = w_net
+        self.base = np.array([0, self.W.shape[0]], dtype=np.int64)
+        del self.W
+        self.Wc = np.zeros((K, 2 * CONF_BUCKETS))                 # each context's weight by its class
+        self.V = np.full((self.CHAIN + 1, SETS), 1.0 / SETS)     # the final layer, by order
+
+    def predict(self, t: int, active: int, net) -> np.ndarray:
+        A, K, C = self.A, self.K, self.CHAIN
+        s = np.arange(active)
+        X = np.empty((active, self.M, A))
+        X[:, 0] = net
+        X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
+        rows = np.empty((active, K), dtype=np.int64)
+        chk = np.zeros((active, K), dtype=np.uint16)
+        for i in range(K):
+            h = self._key(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_key(active, i)
+            if self.hashed[i]:
+                rows[:, i] = (h % np.uint64(self.R)).astype(np.int64)
+                chk[:, i] = ((h >> np.uint64(48)) | np.uint64(1)).astype(np.uint16)
+            else:
+                rows[:, i] = h
+        rows += self.offset
+        bad = self.check[rows] != chk                                  # owned by another context: empty
+        cnt = self.table[rows]                                         # (active, K, A)
+        cnt[bad] = 0
+        counts = self.total[rows].astype(np.float64)
+        counts[bad] = 0.0
+        np.subtract(_LOG_C[cnt], np.log(counts + ctx1.ALPHA * A)[:, :, None], out=X[:, 2:])
+        seen = counts[:, :C] > 0
+        order = np.where(seen.any(axis=1), C - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
+        n_top = np.where(order > 0, counts[s, np.maximum(order - 1, 0)], 0.0)
+        bucket = np.minimum(np.log2(n_top + 1).astype(np.int64) // 2, ctx1.N_BUCKETS - 1)
+        prev = self._key(t, active, (1,), 0).astype(np.int64)        # the previous token (A before the start)
+        sel = np.stack([order * ctx1.N_BUCKETS + bucket, prev], axis=1) + self.base   # (active, SETS) rows of Ws
+        nb = np.minimum(np.log2(counts + 1).astype(np.int64), CONF_BUCKETS - 1)
+        cls = 2 * nb + ((cnt.max(axis=2) == counts) & (counts > 0))   # (active, K)
+        W = self.Ws[sel]                                               # (active, SETS, M)
+        W[:, :, 2:] += self.Wc[np.arange(K), cls][:, None, :]
+        zs = np.einsum("skm,sma->ska", W, X)                           # (active, SETS, A)
+        v = self.V[order]                                              # (active, SETS)
+        z = v[:, 0, None] * zs[:, 0] + v[:, 1, None] * zs[:, 1]
+        pred, has, lb = self._match(active)
+        hs = np.flatnonzero(has)
+        z[hs, pred[hs]] += self.wm[lb[hs]]
+        self._step = (t, active, X, rows, chk, bad, sel, cls, order, zs, pred, has, lb, z)
+        return z
+
+    def update(self, t: int, active: int, sym) -> None:
+        st, act, X, rows, chk, bad, sel, cls, order, zs, pred, has, lb, z = self._step
+        assert st == t and act == active, "update follows the predict of the same step"
+        sym = np.asarray(sym, dtype=np.int64)
+        s = np.arange(active)
+        p = _softmax(z)                                                # (active, A) the mix
+        ps = _softmax(zs)                                              # (active, SETS, A) each set alone
+        Xy = X[s, :, sym]                                              # (active, M)
+        g = Xy[:, None, :] - np.einsum("ska,sma->skm", ps, X)           # (active, SETS, M): d log p_k[y] / dw
+        gv = zs[s, :, sym] - (p[:, None, :] * zs).sum(axis=2)          # (active, SETS): d log p[y] / dv
+        np.add.at(self.V, order, LR_FINAL * gv)
+        np.add.at(self.Ws, sel.reshape(-1), LR * g.reshape(-1, self.M))
+        gc = g[:, :, 2:].sum(axis=1) / SETS                            # (active, K)
+        np.add.at(self.Wc, (np.broadcast_to(np.arange(self.K), cls.shape).reshape(-1), cls.reshape(-1)),
+                  LR_CONF * gc.reshape(-1))
+        gm = (pred == sym).astype(np.float64) - np.where(has, p[s, np.maximum(pred, 0)], 0.0)
+        np.add.at(self.wm, lb[has], 4 * LR * gm[has])
+        r, c, b = rows.reshape(-1), chk.reshape(-1), bad.reshape(-1)
+        if b.any():                                                    # rows changing hands: cleared, first claimant owns
+            rb = r[b]
+            self.table[rb] = 0
+            self.total[rb] = 0
+            owners, first = np.unique(rb, return_index=True)
+            self.check[owners] = c[b][first]
+        mine = self.check[r] == c
+        self._count(r[mine], np.repeat(sym, self.K)[mine], LIMIT)
+        self._advance(t, active, sym, pred, has)
+        self._step = None
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, float64."""
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
