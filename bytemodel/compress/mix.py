@@ -33,7 +33,8 @@ alphabets), plus 4 bytes per token of history and a 2 MB match table.
 
 Determinism: integer counts, float64 arithmetic in a fixed order on the calling thread, the same
 calls on both sides of the coder. The constants are part of the format: the container names the
-mixer (NAME); change any of them and NAME must change too.
+mixer (NAME); change any of them and NAME must change too. New files use ctx2 (compress/mix2.py,
+a subclass of this one); ctx1 stays as it is, so the files that name it decode.
 """
 from __future__ import annotations
 
