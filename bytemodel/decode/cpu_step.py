@@ -35,8 +35,12 @@ Shapes: C d_model, H heads, K kv heads, G = H // K, D head dim, F d_ff, V vocabu
 from __future__ import annotations
 
 import math
+import time
+from functools import partial
 
 import numpy as np
+
+from .cpu_pair import Faster, product_chunks
 
 # The ModelConfig fields this copy of the block follows, and those that cannot change its logits
 # (as model.FOLLOWS; checked by tests/test_engines.py)
@@ -53,11 +57,22 @@ SPLIT_MACS = 1 << 20    # multiply-adds: a batch-1 product below this (all of ti
                         # on the loaded 2-core VM it made small's generation 4x slower (5 vs 22 tokens/s
                         # at load average 13; tiny 71 vs 102). base's (3.1M) keep the default.
 
+PAIR_MACS = 1 << 17     # multiply-adds: with a cpu_pair.Pair, a product at least this large runs in column
+                        # parts on two threads (small's all but the head; none of tiny's: at most 98k)
+
 
 def small_products(cfg) -> bool:
     """Every product of a token under SPLIT_MACS multiply-adds (tiny and small: yes; base: no)."""
     C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
     return max(C * (H + 2 * K) * D, H * D * C, C * 2 * F, F * C, C * cfg.vocab_size) < SPLIT_MACS
+
+
+def pair_for(cfg) -> bool:
+    """A second thread for the step's products (cpu_pair.Pair): two cores or more and a product
+    of PAIR_MACS or more (small: yes; tiny: no, its products are too short to share)."""
+    from ..ops.scorer import _cores
+    C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
+    return _cores() >= 2 and max(C * (H + 2 * K) * D, H * D * C, C * 2 * F, F * C) >= PAIR_MACS
 
 
 class OneBlasThread:
@@ -94,7 +109,7 @@ class OneToken:
     """The (1, 1) step of Model.forward_cached over a cache of (1, K, S, D) buffers (see the module
     docstring). pos < min(S, context): the caller re-reads a full cache (decode/window.py)."""
 
-    def __init__(self, model, cache, W):
+    def __init__(self, model, cache, W, pair=None):
         cfg = model.cfg
         self.cfg = cfg
         C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
@@ -130,6 +145,27 @@ class OneToken:
         self.rk, self.rq = self.r[H:].reshape(K, D), self.r[:H].reshape(self.q.shape)
         self.of = self.o.reshape(1, H * D)
         self.g, self.up = self.u[:, :F], self.u[:, F:]
+        # the products as callables, one way per entry: [0] each one np.matmul; [1] with a Pair, the
+        # large ones in column parts over two threads (the same bits); way[1] is a step's products
+        self.pair, self.faster = pair, (Faster() if pair is not None else None)
+        self.ways = [self._products(None)] + ([self._products(pair)] if pair is not None else [])
+
+    def _products(self, pair):
+        """Per layer (qkv, wo, gate-up, down) callables, then the head's: each writes x @ w into
+        its buffer, (1, C) x (C, N) -> (1, N)."""
+        def one(x, w, out):
+            if pair is None or w.shape[0] * w.shape[1] < PAIR_MACS:
+                return partial(np.matmul, x, w, out=out)
+            return partial(pair.run, product_chunks(x, w, out, pair.parts))
+        layers = [(one(self.h, wqkv, self.qkv), one(self.of, wo, self.y), one(self.h, wgu, self.u),
+                   one(self.s, wd, self.y)) for _, wqkv, wo, _, wgu, wd in self.layers]
+        return layers, one(self.h, self.head, self.logits)
+
+    def close(self) -> None:
+        """Ends the pair's helper thread, if any (the step still runs, on one thread)."""
+        if self.pair is not None:
+            self.pair.close()
+            self.pair, self.faster, self.ways = None, None, self.ways[:1]
 
     def _norm(self, g):
         """self.h = rmsnorm(self.x) * g, as numpy_ops.rmsnorm_forward: np.mean's float32 sum, its
@@ -154,17 +190,27 @@ class OneToken:
                                               for kc, vc in cache]
 
     def __call__(self, token: int, pos: int) -> np.ndarray:
+        if self.faster is None:
+            return self._step(self.ways[0], token, pos)
+        way = self.faster.pick()
+        t = time.perf_counter()
+        out = self._step(self.ways[way], token, pos)
+        self.faster.took(way, time.perf_counter() - t)
+        return out
+
+    def _step(self, products, token, pos):
         H, K, G = self.H, self.K, self.G
+        layer_products, head_product = products
         x, r, rb, qk, swap, q, o, mx, l = self.x, self.r, self.rb, self.qk, self.swap, self.q, self.o, self.mx, self.l
-        h, y, sig, sw, g, u = self.h, self.y, self.sig, self.s, self.g, self.up
-        rk, tv, rq, of = self.rk, self.tv, self.rq, self.of
+        y, sig, sw, g, u = self.y, self.sig, self.s, self.g, self.up
+        rk, tv, rq = self.rk, self.tv, self.rq
         x[0] = self.wte[token]
         cc, ss = self.cc[pos], self.ss[pos]
         S = pos + 1
         s = self.sbuf[:H * S].reshape(1, K, G, 1, S)
-        for (an, wqkv, wo, mn, wgu, wd), (kc, vc, kt, vv) in zip(self.layers, self.kv):
+        for (an, _, _, mn, _, _), (pqkv, pwo, pgu, pd), (kc, vc, kt, vv) in zip(self.layers, layer_products, self.kv):
             self._norm(an)
-            np.matmul(h, wqkv, out=self.qkv)
+            pqkv()
             np.multiply(qk, cc, out=r)
             np.multiply(swap, ss, out=rb)
             r += rb
@@ -178,18 +224,18 @@ class OneToken:
             np.add.reduce(s, axis=-1, keepdims=True, out=l)
             np.matmul(s, vv[:, :, :, :S], out=o)                        # (1, K, G, 1, D)
             o /= l
-            np.matmul(of, wo, out=y)
+            pwo()
             x += y
             self._norm(mn)
-            np.matmul(h, wgu, out=self.u)
+            pgu()
             np.negative(g, out=sig)
             np.exp(sig, out=sig)
             sig += 1.0
             np.reciprocal(sig, out=sig)
             np.multiply(g, sig, out=sw)
             sw *= u
-            np.matmul(sw, wd, out=y)
+            pd()
             x += y
         self._norm(self.norm_f)
-        np.matmul(h, self.head, out=self.logits)
+        head_product()
         return self.logits[0]

@@ -21,6 +21,7 @@ with one, generation on a GPU samples on the host (the cached forward still runs
 from __future__ import annotations
 
 import math
+from contextlib import closing
 
 import numpy as np
 
@@ -28,7 +29,8 @@ from ..errors import ConfigError
 from ..sampling import sample_next
 from ..model import Model
 from . import window
-from .cpu_step import OneBlasThread, OneToken
+from .cpu_pair import Pair
+from .cpu_step import OneBlasThread, OneToken, pair_for
 from .score import score  # noqa: F401  (scoring lives in decode/score.py; kept importable here)
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
@@ -46,17 +48,21 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None, bias=None):
+              top_p=1.0, vocab: int | None = None, bias=None, pair: bool = False):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
     When the cache is full, the recent half of the history is re-read into a fresh cache.
-    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn)."""
+    bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn).
+    pair: the caller holds BLAS to one thread (cpu_step.OneBlasThread): the CPU step may run its
+    large products on two threads (cpu_step.pair_for; the same bits)."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
     history = list(history)
     from ..ops import numpy_ops
-    step = OneToken(model, None, W) if ONE_TOKEN_STEP and ops is numpy_ops and isinstance(model, Model) else None
+    step = None
+    if ONE_TOKEN_STEP and ops is numpy_ops and isinstance(model, Model):
+        step = OneToken(model, None, W, Pair() if pair and pair_for(model.cfg) else None)
 
     def prefill(ids):
         cache = model.new_cache(1, T)
@@ -67,21 +73,25 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         z = ops.to_numpy(row).astype(np.float64)
         return z if bias is None else z + bias
 
-    cache, pos, logits = prefill(window.start(history, T))
-    while True:
-        nxt = sample_next(logits, rng, temperature, top_k, top_p)
-        history.append(nxt)
-        yield nxt
-        if pos >= T:  # cache full: re-read the recent half into a fresh cache
-            cache, pos, logits = prefill(window.reread(history, T))
-            continue
+    try:
+        cache, pos, logits = prefill(window.start(history, T))
+        while True:
+            nxt = sample_next(logits, rng, temperature, top_k, top_p)
+            history.append(nxt)
+            yield nxt
+            if pos >= T:  # cache full: re-read the recent half into a fresh cache
+                cache, pos, logits = prefill(window.reread(history, T))
+                continue
+            if step is not None:
+                step.cache = cache
+                row = step(nxt, pos)
+            else:
+                row = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)[0, -1]
+            pos += 1
+            logits = masked(row[:V])
+    finally:
         if step is not None:
-            step.cache = cache
-            row = step(nxt, pos)
-        else:
-            row = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)[0, -1]
-        pos += 1
-        logits = masked(row[:V])
+            step.close()    # the pair's helper thread, if any
 
 
 # draws in a row that give no bytes (<doc> when not stopping there, a chat special) after which a
@@ -183,8 +193,9 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     if speculative:
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
-        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias)
-    with blas:
+        ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias,
+                        pair=bool(blas.libs))
+    with blas, closing(ids):
         for nxt in ids:
             outs.take(0, nxt)
             if outs.done[0]:
