@@ -1,8 +1,9 @@
 """CPU generation throughput with a KV cache: bytemodel vs the same model in PyTorch.
 
 Both generate one sequence token by token (prefill a 64-byte prompt, then 1-token steps with a
-KV cache, sampling at temperature 1 from the full distribution), each measurement in its own
-process (see _sides.py), in alternating rounds; the median is reported.
+KV cache, sampling at temperature 1 from the full distribution) with the same weights (bytemodel's
+init_weights(0), copied into the PyTorch model), each measurement in its own process (see
+_sides.py), in alternating rounds; the median is reported.
 
     PYTHONPATH=. /tmp/torchvenv/bin/python benchmarks/cpu_generate.py [--preset small] [--tokens 256]
 """
@@ -23,9 +24,14 @@ from bytemodel.tokenizer import Tokenizer  # noqa: E402
 PROMPT = bytes(range(32, 96))
 
 
-def ours(cfg, n):
+def _model(cfg):
     m = Model(cfg, numpy_ops)
     m.init_weights(0)
+    return m
+
+
+def ours(cfg, n):
+    m = _model(cfg)
     tok = Tokenizer()
     generate(m, tok, 8, PROMPT, seed=0)  # warm up
     t = time.perf_counter()
@@ -37,8 +43,16 @@ def ours(cfg, n):
 def theirs(cfg, n):
     import torch
     from torch_model import TorchModel
-    torch.manual_seed(0)
     m = TorchModel(cfg).eval()
+    ref = _model(cfg)
+    W, names = ref.weights(), ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gateup", "w_down")
+    with torch.no_grad():    # the same weights as ours
+        m.wte.copy_(torch.from_numpy(W["wte"]))
+        for i in range(cfg.n_layers):
+            for j, name in enumerate(names):
+                m.layers[6 * i + j].copy_(torch.from_numpy(W[f"layers.{i}.{name}"]))
+        m.norm_f.copy_(torch.from_numpy(W["norm_f"]))
+        m.lm_head.copy_(torch.from_numpy(ref.head(W)[0]))
     K, D = cfg.n_kv_heads, cfg.head_dim
 
     @torch.inference_mode()
