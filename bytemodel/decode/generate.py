@@ -36,6 +36,7 @@ from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
 
 ONE_TOKEN_STEP = True   # one sample on the CPU: decode/cpu_step.OneToken (False: Model.forward_cached)
+PAIR_STEP = True        # its large products on two threads when that is faster (decode/cpu_pair.py; False: one)
 
 
 def _check_sampling(temperature, top_k, top_p):
@@ -62,7 +63,7 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
     from ..ops import numpy_ops
     step = None
     if ONE_TOKEN_STEP and ops is numpy_ops and isinstance(model, Model):
-        step = OneToken(model, None, W, Pair() if pair and pair_for(model.cfg) else None)
+        step = OneToken(model, None, W, Pair() if pair and PAIR_STEP and pair_for(model.cfg) else None)
 
     def prefill(ids):
         cache = model.new_cache(1, T)
