@@ -140,6 +140,7 @@ def test_generate_draws_the_same_bytes_with_the_pair(monkeypatch):
         real(self, *a)
     monkeypatch.setattr(Pair, "__init__", counted)
     outs = {}
+    monkeypatch.setattr(gen, "PAIR_STEP", True)          # off by default (generate.PAIR_STEP)
     for on in (True, False):
         monkeypatch.setattr(gen, "pair_for", lambda cfg, on=on: on)
         outs[on] = [gen.generate(m, tok, n, b"AB", seed=s) for s in (0, 1, 2)]

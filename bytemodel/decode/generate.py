@@ -36,7 +36,8 @@ from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
 
 ONE_TOKEN_STEP = True   # one sample on the CPU: decode/cpu_step.OneToken (False: Model.forward_cached)
-PAIR_STEP = True        # its large products on two threads when that is faster (decode/cpu_pair.py; False: one)
+PAIR_STEP = False       # True: its large products on two threads when that is faster (decode/cpu_pair.py);
+                        # off: on the 2-core VM it never won (benchmarks/README.md, fourth session)
 
 
 def _check_sampling(temperature, top_k, top_p):
