@@ -11,16 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
-from bytemodel.config import preset
+from _ab import alternate
 from bytemodel.decode import cpu_pair, generate as gen
-from bytemodel.model import Model
-from bytemodel.ops import numpy_ops
-from bytemodel.tokenizer import Tokenizer
-
-PROMPT = bytes(range(32, 96))   # as benchmarks/cpu_generate.py
 
 
 def main():
@@ -39,27 +32,16 @@ def main():
     def counted():
         made.append(real_faster())
         return made[-1]
+    import bytemodel.decode.cpu_step as cs
+
+    def switch(on):
+        gen.pair_for = (lambda c: real_pair_for(c)) if on else (lambda c: False)
     for name in a.presets.split(","):
-        cfg = preset(name)
-        m = Model(cfg, numpy_ops)
-        m.init_weights(0)
-        tok, n = Tokenizer(), min(a.tokens, cfg.context - len(PROMPT) - 2)
-        gen.generate(m, tok, 8, PROMPT, seed=0)   # warm
-        rates, outs = {True: [], False: []}, {}
-        import bytemodel.decode.cpu_step as cs
-        cs.Faster = counted
-        for _ in range(a.rounds):
-            for on in (True, False):
-                gen.pair_for = (lambda c: real_pair_for(c)) if on else (lambda c: False)
-                t = time.perf_counter()
-                outs[on] = gen.generate(m, tok, n, PROMPT, seed=0)
-                rates[on].append(n / (time.perf_counter() - t))
+        n, x, y, same = alternate(name, a.tokens, a.rounds, switch, warmed=lambda: setattr(cs, "Faster", counted))
         gen.pair_for, cs.Faster = real_pair_for, real_faster
         two = sum(f.steps[1] for f in made) / max(1, sum(sum(f.steps) for f in made))
         made.clear()
-        x, y = statistics.median(rates[True]), statistics.median(rates[False])
-        print(f"| {name} | {n} | {x:,.0f} | {y:,.0f} | {x / y:.2f} | {two:.0%} | {outs[True] == outs[False]} |",
-              flush=True)
+        print(f"| {name} | {n} | {x:,.0f} | {y:,.0f} | {x / y:.2f} | {two:.0%} | {same} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
-from bytemodel.config import preset
+from _ab import alternate
 from bytemodel.decode import cpu_step, generate as gen
-from bytemodel.model import Model
-from bytemodel.ops import numpy_ops
-from bytemodel.tokenizer import Tokenizer
-
-PROMPT = bytes(range(32, 96))   # as benchmarks/cpu_generate.py
 
 
 def main():
@@ -30,23 +23,14 @@ def main():
     print("| preset | tokens | one-token step tokens/s | general path tokens/s | ratio | same bytes |")
     print("|---|---|---|---|---|---|")
     real_hold = cpu_step.OneBlasThread
+
+    def switch(new):
+        gen.ONE_TOKEN_STEP = new
+        gen.OneBlasThread = real_hold if new else (lambda model, hold=True: real_hold(model, False))
     for name in a.presets.split(","):
-        cfg = preset(name)
-        m = Model(cfg, numpy_ops)
-        m.init_weights(0)
-        tok, n = Tokenizer(), min(a.tokens, cfg.context - len(PROMPT) - 2)
-        gen.generate(m, tok, 8, PROMPT, seed=0)   # warm
-        rates, outs = {True: [], False: []}, {}
-        for _ in range(a.rounds):
-            for new in (True, False):
-                gen.ONE_TOKEN_STEP = new
-                gen.OneBlasThread = real_hold if new else (lambda model, hold=True: real_hold(model, False))
-                t = time.perf_counter()
-                outs[new] = gen.generate(m, tok, n, PROMPT, seed=0)
-                rates[new].append(n / (time.perf_counter() - t))
+        n, x, y, same = alternate(name, a.tokens, a.rounds, switch)
         gen.ONE_TOKEN_STEP, gen.OneBlasThread = True, real_hold
-        x, y = statistics.median(rates[True]), statistics.median(rates[False])
-        print(f"| {name} | {n} | {x:,.0f} | {y:,.0f} | {x / y:.2f} | {outs[True] == outs[False]} |", flush=True)
+        print(f"| {name} | {n} | {x:,.0f} | {y:,.0f} | {x / y:.2f} | {same} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
