@@ -124,3 +124,14 @@ def cuda_backend(precision: str):
         return CudaBackend(precision)
     except RuntimeError as e:
         pytest.skip(str(e))
+
+
+def cuda_backends():
+    """A module's `backend(precision)`: cuda_backend made once per precision for that module."""
+    made = {}
+
+    def backend(precision: str):
+        if precision not in made:
+            made[precision] = cuda_backend(precision)
+        return made[precision]
+    return backend

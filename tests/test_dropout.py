@@ -75,9 +75,12 @@ def test_op_backward_against_finite_differences():
     np.testing.assert_allclose(out - r, np.where(keep, x / (1 - round(p * 256) / 256), 0), rtol=1e-12)
 
 
-def test_model_gradients_with_a_fixed_mask():
-    """Every tensor against finite differences in float64, the masks held fixed (same Dropout)."""
-    cfg = tiny_config(dropout=0.3)
+@pytest.mark.parametrize("site", ["dropout", "dropout_attn"])
+def test_model_gradients_with_a_fixed_mask(site):
+    """Every tensor against finite differences in float64, the masks held fixed (same Dropout), for
+    the residual sites' dropout and the attention probabilities'; off without a Dropout
+    (validation, scoring, generation, compression pass none)."""
+    cfg = tiny_config(**{site: 0.3})
     worst = max(c.max_rel_error for c in check_model(cfg, per_tensor=4, drop=Dropout(5, 11)))
     assert worst <= 1e-4, worst
     # and the dropout really acts: the loss differs from the one without masks
@@ -86,8 +89,8 @@ def test_model_gradients_with_a_fixed_mask():
     idx = np.arange(2 * cfg.context).reshape(2, -1) % cfg.vocab_size
     plain = m.forward(idx, idx)
     assert not np.allclose(m.forward(idx, idx, drop=Dropout(5, 11)), plain)
-    # off at evaluation: no Dropout given, the same losses as a model with dropout 0
-    m0 = Model(tiny_config(dropout=0.0), o, dtype=np.float64)
+    # off at evaluation: no Dropout given, the same losses as a model without dropout
+    m0 = Model(tiny_config(), o, dtype=np.float64)
     m0.params[:] = m.params
     np.testing.assert_array_equal(m0.forward(idx, idx), plain)
 
@@ -158,22 +161,6 @@ def test_attention_dropout_backward_against_finite_differences():
             fm = np.sum(o.attention_forward(*a, block=3, drop=drop)[0] * dout)
             num[i] = (fp - fm) / (2 * eps)
         np.testing.assert_allclose(g, num, rtol=1e-6, atol=1e-7)   # float64 centred differences: ~1e-9 seen
-
-
-def test_model_gradients_with_attention_dropout():
-    """Every tensor against finite differences in float64 with the attention masks fixed; off
-    without a Dropout (validation, scoring, generation, compression pass none)."""
-    cfg = tiny_config(dropout_attn=0.3)
-    worst = max(c.max_rel_error for c in check_model(cfg, per_tensor=4, drop=Dropout(5, 11)))
-    assert worst <= 1e-4, worst
-    m = Model(cfg, o, dtype=np.float64)
-    m.init_weights(0)
-    idx = np.arange(2 * cfg.context).reshape(2, -1) % cfg.vocab_size
-    plain = m.forward(idx, idx)
-    assert not np.allclose(m.forward(idx, idx, drop=Dropout(5, 11)), plain)
-    m0 = Model(tiny_config(), o, dtype=np.float64)
-    m0.params[:] = m.params
-    np.testing.assert_array_equal(m0.forward(idx, idx), plain)
 
 
 def test_attention_masks_of_slices_are_those_of_the_whole_batch():

@@ -15,20 +15,14 @@ import math
 import numpy as np
 import pytest
 
-from conftest import cuda_backend, gpu_marks
+from conftest import cuda_backends, gpu_marks
 
 cp = pytest.importorskip("cupy")
 pytestmark = gpu_marks(cp)
 
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
 
-_BACKENDS = {}
-
-
-def backend(precision):
-    if precision not in _BACKENDS:
-        _BACKENDS[precision] = cuda_backend(precision)
-    return _BACKENDS[precision]
+backend = cuda_backends()
 
 
 def rel(a, b):
