@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import lzma
 import os
@@ -80,7 +81,7 @@ def model(args, head: bytes, work: Path):
     return bytemodel.load(run, device=args.device, precision=args.precision)
 
 
-def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=None) -> dict:
+def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=None, quick: bool = False) -> dict:
     enc, dec, cpu_enc, cpu_dec, blob = [], [], [], [], b""
     for _ in range(rounds):
         t, c = time.perf_counter(), time.process_time()
@@ -93,11 +94,20 @@ def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=N
         cpu_dec.append(time.process_time() - c)
         assert back == data, "round trip failed"
     stats = {}
-    assert lm.compress(data, window=window, streams=streams, reread=reread, engine=engine, stats=stats) == blob, "compress is not deterministic"
-    from bytemodel.compress.driver import read
+    if not quick:   # (quick: no float64 stats pass nor a third pass; --graph both compares the bytes)
+        assert lm.compress(data, window=window, streams=streams, reread=reread, engine=engine, stats=stats) == blob, "compress is not deterministic"
+    from bytemodel.compress.driver import GPU_GRAPH, read
     header, _ = read(blob)
     n = len(data)
-    return {"window": header["layout"]["window"], "streams": header["layout"]["streams"],
+    if quick:
+        return {"window": header["layout"]["window"], "streams": header["layout"]["streams"],
+                "engine": header["layout"].get("engine", "lockstep"), "reread": header["layout"]["reread"],
+                "lane": header["layout"]["lane"], "bytes": n, "graph": GPU_GRAPH,
+                "compress_KBps": n / statistics.median(enc) / 1e3, "decompress_KBps": n / statistics.median(dec) / 1e3,
+                "compress_KB_per_cpu_s": n / statistics.median(cpu_enc) / 1e3,
+                "decompress_KB_per_cpu_s": n / statistics.median(cpu_dec) / 1e3,
+                "bmz_bytes": len(blob), "bmz_bpb": 8 * len(blob) / n, "sha256": hashlib.sha256(blob).hexdigest()}
+    return {"graph": GPU_GRAPH, "sha256": hashlib.sha256(blob).hexdigest(),"window": header["layout"]["window"], "streams": header["layout"]["streams"],
             "engine": header["layout"].get("engine", "lockstep"), "reread": header["layout"]["reread"],
             "lane": header["layout"]["lane"], "bytes": n,
             "compress_KBps": n / statistics.median(enc) / 1e3, "decompress_KBps": n / statistics.median(dec) / 1e3,
@@ -146,22 +156,44 @@ def main() -> None:
                     "lockstep), "
                     "e.g. 1024:1024,128:4096 (default: one, both chosen by bytemodel)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--graph", choices=("default", "off", "on", "both"), default="default",
+                    help="the GPU's captured lockstep step (compress.driver.GPU_GRAPH): as bytemodel has it, off "
+                    "(the step launched from Python), on, or both in turn (the same .bmz bytes checked)")
+    ap.add_argument("--quick", action="store_true", help="skip the stats pass and xz / zstd (speed and size only)")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
     head, data = load_data(args.train_bytes, args.bytes, args.reader, args.file)
     with tempfile.TemporaryDirectory() as tmp:
         lm = model(args, head, Path(tmp))
         configs = [_config(c) for c in args.configs.split(",") if c] or [(None, None, None, None)]
-        base = baselines(data)
+        base = baselines(data) if not args.quick else None
         rows = []
+        from bytemodel.compress import driver
+        graphs = {"default": [driver.GPU_GRAPH], "off": [False], "on": [True], "both": [False, True]}[args.graph]
         for w, s, rr, eng in configs:
-            lm.decompress(lm.compress(data[:4096], window=w, streams=s, reread=rr, engine=eng))   # warm-up
-            r = measure(lm, data, w, s, args.rounds, rr, eng)
-            rows.append(r)
-            print(json.dumps(r), file=sys.stderr, flush=True)
+            for g in graphs:
+                driver.GPU_GRAPH = g
+                lm.decompress(lm.compress(data[:4096], window=w, streams=s, reread=rr, engine=eng))   # warm-up
+                r = measure(lm, data, w, s, args.rounds, rr, eng, args.quick)
+                rows.append(r)
+                print(json.dumps(r), file=sys.stderr, flush=True)
+            if len(graphs) > 1:
+                assert rows[-1]["sha256"] == rows[-2]["sha256"], "the captured step's file differs from the launched one's"
+                print("the same .bmz bytes with the step captured and launched", file=sys.stderr, flush=True)
     from bytemodel.compress.driver import backend_info
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{args.checkpoint or args.preset} on {backend_info(lm.model)['device']}, {len(data):,} bytes, load average {load:.1f}")
+    if args.quick:
+        print("| engine | graph | window | streams | lane | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['engine']} | {'on' if r['graph'] else 'off'} | {r['window']} | {r['streams']} | {r['lane']} | "
+                  f"{r['compress_KBps']:.1f} | {r['decompress_KBps']:.1f} | "
+                  f"{r['compress_KB_per_cpu_s']:.1f} / {r['decompress_KB_per_cpu_s']:.1f} | {r['bmz_bpb']:.3f} |")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"rows": rows, "load": load, "preset": args.preset,
+                                                   "device": args.device}, indent=1))
+        return
     print("| engine | window | re-read | streams | lane | compress KB/s | decompress KB/s | KB per CPU-s (c / d) | .bmz bits/byte | "
           "model cross-entropy | xz -9e | zstd -19 | .bmz / xz | .bmz / zstd |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

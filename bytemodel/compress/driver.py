@@ -68,6 +68,7 @@ from ..ops.host import log_probs
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
+from . import pipeline
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .adapt import Adapt, Adapter, check_gpu, check_start
 from .mix2 import mixer as make_mixer
@@ -78,7 +79,7 @@ from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_str
 
 def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int | None = None,
            want_logp: bool = False, progress=None, engine: str = "lockstep", reread: int = 0,
-           adapt: Adapt | None = None) -> None:
+           adapt: Adapt | None = None, known=None) -> None:
     """Advance every stream through the model, one token per stream per step.
 
     engine "lockstep": lockstep.Lockstep on any backend (`reread` 0 slides, else window/2), frequencies by
@@ -91,6 +92,11 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     float64 (else None), and returns their tokens (S',). Inactive streams are fed token 0.
     adapt: after every segment, one optimizer step on what was coded (compress/adapt.py); the
     model's weights change in place, and every stepper then computes with the new ones.
+    known(t, active), when given (compression): the tokens decide(t, ...) will return, so that a
+    device stepper can run a step ahead of the coder (compress/pipeline.py).
+    On a GPU the sliding lockstep engine without adaptation or log-probabilities runs each step
+    as one CUDA graph with the quantiser in it (_device_steppers: the same bits as the launched
+    step), the coder overlapped with the next step when known is given.
     """
     model, tok = lm.model, lm.tokenizer
     S = len(lengths)
@@ -100,6 +106,15 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     xp, ops = model.xp, model.ops
     cpu = ops.cpu_threads                       # lanes may run on CPU threads
     bounds = [(a, min(a + lane, S)) for a in range(0, S, lane)]
+    if engine == "lockstep" and reread == 0 and adapt is None and not want_logp:
+        devs = _device_steppers(model, bounds, window, int(lengths[0]), A)
+        if devs is not None:
+            try:
+                pipeline.run(devs, bounds, lengths, decide, tok.doc_id, known, progress)
+            finally:
+                for st in devs:
+                    st.close()
+            return
     n_workers = max(1, min(len(bounds), workers or _cores())) if cpu else 1
     replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
     weights = model.weights()
@@ -180,6 +195,25 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             limiter.__exit__(None, None, None)
         if pool is not None:
             pool.shutdown()
+
+
+GPU_GRAPH = False            # the sliding lockstep step as a CUDA graph on a GPU (ops/cuda_decode.LockstepGraph)
+
+
+def _device_steppers(model, bounds, window: int, steps: int, A: int):
+    """One ops/cuda_decode.LockstepGraph per lane (its step and the quantiser captured as one CUDA
+    graph) where GPU_GRAPH is on and the backend takes it, else None (the launched step)."""
+    if not GPU_GRAPH or getattr(model.ops, "name", "") != "cuda":
+        return None
+    try:
+        from ..ops.cuda_decode import LockstepGraph, lockstep_graph_ok
+    except ImportError:
+        return None
+    if lockstep_graph_ok(model, window) is not None:
+        return None
+    xp, weights = model.xp, model.weights()
+    return [LockstepGraph(model, b - a, window, steps, lambda lg: quantise(lg, A, xp), A, weights)
+            for a, b in bounds]
 
 
 def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
@@ -316,7 +350,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
 
     try:
         _drive(lm, lengths, W, ln, decide, workers, want_logp=want, progress=progress, engine=engine, reread=rr,
-               adapt=adapt)
+               adapt=adapt, known=lambda t, active: ids[starts[:active] + t])
     finally:
         if pool is not None:
             pool.shutdown()

@@ -14,6 +14,8 @@ cache write, read from device memory (gpu/step.cu), so that step too is captured
 and replayed; its products go through the decoder's own cuBLAS handle by ctypes (_RawBlas), since
 CuPy's wrappers refuse to bind a handle to a capturing stream. Without that (fp32, or BLAS_GRAPH
 off) batches above KERNEL_MAX_BATCH run the backend's cached forward from Python every step.
+That cuBLAS step (BlasStep) also serves the compressor: LockstepGraph is decode/lockstep.py's
+sliding step over a ring cache, with the compressor's quantiser in the same graph.
 
 Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 """
@@ -129,6 +131,98 @@ class Sampler:
                 (logits, np.int32(logits.shape[-1]), np.int32(self.V), np.int32(self.P2),
                  np.float32(temperature), np.int32(top_k), np.float64(top_p), self.rng, self.ids,
                  self.out, np.int32(self.cap), state), shared_mem=self.smem)
+
+
+class BlasStep:
+    """Model.forward_cached of one token per sequence (T = 1) through the backend's own ops, in
+    its order, with the three position-dependent pieces read from device memory, so that a step
+    can be captured once as a CUDA graph and replayed (gpu/step.cu):
+      - RoPE's row: row rope_at[0] of the tables cos_t, sin_t (the rows forward_cached would use);
+      - the cache slot the new keys and values go to: slot_at[0];
+      - the keys attended: slots 0..keys_at[0] (attention_decode's kernel, one split).
+    Its products go through its own cuBLAS handle, bound to `stream` once, here (CuPy's wrappers
+    refuse to set a handle's stream while the stream captures; _RawBlas calls libcublas without),
+    and what runs inside context() allocates from its own memory pool, kept as long as it lives.
+    Two users: Decoder (generation, N > GRAPH_MAX_BATCH) and LockstepGraph (the compressor)."""
+
+    def __init__(self, model, stream, W=None):
+        ops, cfg = model.ops, model.cfg
+        D = cfg.head_dim
+        self.model, self.ops, self.cfg = model, ops, cfg
+        self.W = model.weights() if W is None else W     # one cast, before capture: a graph reads these buffers
+        dt = ops.activation_dtype(model.dtype)
+        self.cos1 = cp.zeros((1, D // 2), dtype=dt)
+        self.sin1 = cp.zeros((1, D // 2), dtype=dt)
+        mod = _module(_STEP_FILE, ops.precision)
+        self.k_rope_row = mod.get_function("step_rope_row")
+        self.k_cache_write = mod.get_function("step_cache_write")
+        self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
+        self.scale_log2 = _scale_log2(D)
+        self.pool = cp.cuda.MemoryPool()
+        self._handle = _cublas.create()
+        _cublas.setStream(self._handle, stream.ptr)
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None:
+            self._handle = None
+            try:
+                _cublas.destroy(h)
+            except Exception:   # pragma: no cover  (interpreter shutdown)
+                pass
+
+    def own_handle(self):
+        """A context in which the backend's products use this step's cuBLAS handle, called
+        straight through libcublas (_RawBlas): CuPy's wrappers set the handle's stream on every
+        call and refuse to while the stream captures."""
+        import contextlib
+        from . import cuda_ops
+        dev, handle = cp.cuda.device, self._handle
+
+        @contextlib.contextmanager
+        def swap():
+            orig_handle, orig_blas = dev.get_cublas_handle, cuda_ops._cublas
+            dev.get_cublas_handle = lambda: handle
+            cuda_ops._cublas = _RawBlas.get()
+            try:
+                yield
+            finally:
+                dev.get_cublas_handle, cuda_ops._cublas = orig_handle, orig_blas
+        return swap()
+
+    def forward(self, ids, cache, cos_t, sin_t, rope_at, slot_at, keys_at):
+        """ids (B, 1) int on the device -> logits (B, V) in the activation dtype (a new buffer).
+        cache: the layers' (keys, values) (B, K, S, D). Nothing here reads a position on the host."""
+        m, o, cfg = self.model, self.ops, self.cfg
+        B = ids.shape[0]
+        H, K, D, C = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_model
+        W, eps, i32 = self.W, cfg.norm_eps, np.int32
+        S = cache[0][0].shape[2]
+        self.k_rope_row((1,), (max(32, D // 2),), (cos_t, sin_t, self.cos1, self.sin1, rope_at, i32(D // 2)))
+        x, _ = o.embedding_forward(W["wte"], ids)
+        x = x.reshape(B, C)
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            kc, vc = cache[i]
+            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], eps)
+            qkv = o.matmul_forward(h1, W[p + "wqkv"])
+            q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
+            kk = cp.ascontiguousarray(k.reshape(B * K, D))
+            vv = cp.ascontiguousarray(v.reshape(B * K, D))
+            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
+                                                                      i32(S), i32(D)))
+            qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
+            att = cp.empty((B * H, D), dtype=cp.float32)
+            self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
+                                              i32(S), np.float32(self.scale_log2)))
+            a = att.astype(o.act_dtype).reshape(B, H * D)
+            x = o.add(x, o.matmul_forward(a, W[p + "wo"]))
+            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], eps)
+            u = o.matmul_forward(h2, W[p + "w_gateup"])
+            sw, _ = o.swiglu_forward(u)
+            x = o.add(x, o.matmul_forward(sw, W[p + "w_down"]))
+        hf, _ = o.rmsnorm_forward(x, W["norm_f"], eps)
+        return o.matmul_forward(hf, m.head(W)[0])
 
 
 class Decoder:
@@ -252,88 +346,23 @@ class Decoder:
 
     # ------------------------------------------------------------------ the cuBLAS path as a graph
     def _blas_graph_setup(self, model, B, S, H, D):
-        """The backend's ops with the two position-dependent pieces read from state[0] on the device
-        (gpu/step.cu: RoPE's row, the cache write); the attention is attention_decode's kernel
-        with this decoder's state. Same ops, same order as Model.forward_cached, so the same logits.
-        Everything the captured graph allocates comes from its own pool, kept as long as it lives."""
-        ops = self.ops
-        self._Wg = model.weights()          # one cast, before capture: the graph reads these buffers
-        dt = ops.activation_dtype(model.dtype)
-        self.cos_t, self.sin_t = model.rope(S, 0, dt)                  # (S, D/2)
-        self.cos1 = cp.zeros((1, D // 2), dtype=dt)
-        self.sin1 = cp.zeros((1, D // 2), dtype=dt)
-        mod = _module(_STEP_FILE, ops.precision)
-        self.k_rope_row = mod.get_function("step_rope_row")
-        self.k_cache_write = mod.get_function("step_cache_write")
-        self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
-        self.scale_log2 = _scale_log2(D)
-        self._pool = cp.cuda.MemoryPool()   # the graph's own memory: never handed to anyone else
-        # CuPy refuses to set a cuBLAS handle's stream while the stream captures (its setStream
-        # checks), though cuBLAS itself captures products: so this decoder's products go through
-        # its own handle, bound to its stream once, here, before any capture
-        self._handle = _cublas.create()
-        _cublas.setStream(self._handle, self.stream.ptr)
-
-    def __del__(self):
-        h = getattr(self, "_handle", None)
-        if h is not None:
-            try:
-                _cublas.destroy(h)
-            except Exception:   # pragma: no cover  (interpreter shutdown)
-                pass
+        """The backend's ops with the position-dependent pieces read from state[0] on the device
+        (BlasStep: RoPE's row, the cache write, the keys attended). Same ops, same order as
+        Model.forward_cached, so the same logits."""
+        self._step = BlasStep(model, self.stream)
+        self._Wg = self._step.W
+        self.cos_t, self.sin_t = model.rope(S, 0, self.ops.activation_dtype(model.dtype))   # (S, D/2)
+        self._pool = self._step.pool        # the graph's own memory: never handed to anyone else
 
     def _own_handle(self):
-        """A context in which the backend's products use this decoder's cuBLAS handle, called
-        straight through libcublas (_RawBlas): CuPy's wrappers set the handle's stream on every
-        call and refuse to while the stream captures."""
-        import contextlib
-        from . import cuda_ops
-        dev, handle = cp.cuda.device, self._handle
-
-        @contextlib.contextmanager
-        def swap():
-            orig_handle, orig_blas = dev.get_cublas_handle, cuda_ops._cublas
-            dev.get_cublas_handle = lambda: handle
-            cuda_ops._cublas = _RawBlas.get()
-            try:
-                yield
-            finally:
-                dev.get_cublas_handle, cuda_ops._cublas = orig_handle, orig_blas
-        return swap()
+        return self._step.own_handle()
 
     def _launch_blas_model(self):
         """Feed sampler.ids through the model at state[0] with the backend's ops: logits, then
         pos += 1, t += 1. Nothing here reads the position on the host."""
-        m, o, cfg, B = self.model, self.ops, self.cfg, self.B
-        H, K, D, S, C = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.context, cfg.d_model
-        W, eps, i32 = self._Wg, cfg.norm_eps, np.int32
-        self.k_rope_row((1,), (max(32, D // 2),), (self.cos_t, self.sin_t, self.cos1, self.sin1, self.state,
-                                                   i32(D // 2)))
-        x, _ = o.embedding_forward(W["wte"], self.sampler.ids.reshape(B, 1))
-        x = x.reshape(B, C)
-        for i in range(cfg.n_layers):
-            p = f"layers.{i}."
-            kc, vc = self.cache[i]
-            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], eps)
-            qkv = o.matmul_forward(h1, W[p + "wqkv"])
-            q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
-            kk = cp.ascontiguousarray(k.reshape(B * K, D))
-            vv = cp.ascontiguousarray(v.reshape(B * K, D))
-            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, self.state, i32(B * K),
-                                                                      i32(S), i32(D)))
-            qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
-            att = cp.empty((B * H, D), dtype=cp.float32)
-            self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, self.state, i32(H), i32(K), i32(S),
-                                              i32(S), np.float32(self.scale_log2)))
-            a = att.astype(o.act_dtype).reshape(B, H * D)
-            x = o.add(x, o.matmul_forward(a, W[p + "wo"]))
-            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], eps)
-            u = o.matmul_forward(h2, W[p + "w_gateup"])
-            sw, _ = o.swiglu_forward(u)
-            x = o.add(x, o.matmul_forward(sw, W[p + "w_down"]))
-        hf, _ = o.rmsnorm_forward(x, W["norm_f"], eps)
-        lg = o.matmul_forward(hf, m.head(W)[0])
-        self.logits[...] = lg
+        st = self.state
+        self.logits[...] = self._step.forward(self.sampler.ids.reshape(self.B, 1), self.cache, self.cos_t,
+                                              self.sin_t, st, st, st)
         self.state[:2] += 1
 
     def _launch_blas_step(self):
@@ -408,3 +437,150 @@ class Decoder:
             self.stream.wait_event(ev)
         return out
 
+
+
+def lockstep_graph_ok(model, window: int) -> str | None:
+    """None if LockstepGraph takes this model and window, else the reason it does not (then the
+    compressor launches decode/lockstep.py's step from Python: the same bits)."""
+    ops, cfg = model.ops, model.cfg
+    if not getattr(ops, "decode_attention", False):
+        return "the decode attention kernel is off (fp32 keeps the reference path)"
+    from .cuda_ops import DECODE_HEAD_DIMS
+    if cfg.head_dim not in DECODE_HEAD_DIMS:
+        return f"head dim {cfg.head_dim} is not one of {DECODE_HEAD_DIMS}"
+    if window < 1:
+        return "no window"
+    return None
+
+
+class LockstepGraph:
+    """decode/lockstep.py's sliding-window push (slide=True) for B streams as one CUDA graph a step,
+    with a function of the logits in the same graph (the compressor's quantiser, `post`, whose
+    (B, cols) result is what comes back): ids in from the host, post's table out to the host, one
+    copy each way, all on this object's stream.
+
+        G = LockstepGraph(model, B, window, steps, post, cols)
+        G.enqueue(ids)      # (B,) ints: queue one push (at most two in flight)
+        table = G.result()  # (B, cols) float32 host array of the oldest push in flight (waits for it)
+
+    The cache is a ring of `window` slots (Model.block's T = 1 rule): position pos writes slot
+    pos % window and attends to slots 0..min(pos, window - 1); RoPE's row at pos is the one
+    forward_cached takes (the context's table below the context, the position's own table past
+    it), so a push computes forward_cached's logits bit for bit (the same ops in the same order;
+    tests/test_compress_gpu.py holds the captured, the eagerly launched and the Lockstep step to
+    one another). state on the device: [0] pos, [1] its slot, [2] the last key attended.
+    Two host buffers each way (pinned): push t's ids are copied from, and its table to, buffer
+    t % 2, so the host may code push t while push t + 1 runs; result() must be taken before a third
+    push is queued. graph False: every push launched eagerly (the same launches, for tests).
+    """
+
+    def __init__(self, model, B: int, window: int, steps: int, post, cols: int, weights=None, graph: bool = True):
+        ops, cfg = model.ops, model.cfg
+        why = lockstep_graph_ok(model, window)
+        if why:
+            raise ValueError(why)
+        self.model, self.ops, self.B, self.Wn, self.post, self.cols = model, ops, int(B), int(window), post, int(cols)
+        self.use_graph = bool(graph)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        # made on the null stream, then waited for
+        self.cache = model.new_cache(self.B, self.Wn)
+        dt = ops.activation_dtype(model.dtype)
+        n, ctx = max(int(steps), 1), cfg.context
+        cos, sin = model.rope(ctx, 0, dt)
+        cs, ss = [cos[:min(n, ctx)]], [sin[:min(n, ctx)]]
+        for p in range(ctx, n):                        # past the context: forward_cached's rope(1, pos)
+            c1, s1 = model.rope(1, p, dt)
+            cs.append(c1)
+            ss.append(s1)
+        self.cos_t = cp.ascontiguousarray(cp.concatenate(cs))       # (steps, D/2)
+        self.sin_t = cp.ascontiguousarray(cp.concatenate(ss))
+        self.steps = n
+        self.step = BlasStep(model, self.stream, weights)
+        self.state = cp.zeros((4,), dtype=cp.int32)
+        self.ids = cp.zeros((self.B, 1), dtype=cp.int32)
+        self.out = cp.zeros((self.B, self.cols), dtype=cp.float32)
+        self._pinned = []
+        self.host_ids = [self._host((self.B,), np.int32) for _ in range(2)]
+        self.host_out = [self._host((self.B, self.cols), np.float32) for _ in range(2)]
+        self.done = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+        self.queued = 0          # pushes queued
+        self.taken = 0           # results taken
+        self.graph = None
+        self.captured = False
+        self.capture_error = None    # why the capture failed (then every push is launched eagerly)
+        cp.cuda.Stream.null.synchronize()
+
+    def _host(self, shape, dtype):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        mem = cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+        self._pinned.append(mem)
+        return np.frombuffer(mem, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+    def _launch(self):
+        """One push, position-free: slot and last key from state[0], the step, post's table into
+        `out`, then pos += 1."""
+        st, W = self.state, self.Wn
+        cp.remainder(st[0:1], np.int32(W), out=st[1:2])
+        cp.minimum(st[0:1], np.int32(W - 1), out=st[2:3])
+        lg = self.step.forward(self.ids, self.cache, self.cos_t, self.sin_t, st[0:], st[1:], st[2:])
+        self.out[...] = self.post(lg)
+        st[0:1] += np.int32(1)
+
+    def _run(self):
+        with cp.cuda.using_allocator(self.step.pool.malloc), self.step.own_handle():
+            if not self.use_graph or self.queued == 0:
+                self._launch()          # eagerly (the first push also loads modules and fills the pool)
+                return
+            if self.graph is None:
+                self.stream.begin_capture()
+                err = graph = None
+                try:
+                    self._launch()
+                except Exception as e:     # something in the step cannot be captured
+                    err = e
+                try:
+                    graph = self.stream.end_capture()
+                except Exception as e:
+                    err = err or e
+                if err is not None:        # then every push is launched eagerly (the same launches)
+                    self.capture_error = f"{type(err).__name__}: {err}"
+                    self.use_graph = False
+                    self._launch()
+                    return
+                self.graph, self.captured = graph, True
+            self.graph.launch(self.stream)
+
+    def enqueue(self, ids) -> None:
+        """Queue the next push: ids (B,) ints (copied now)."""
+        if self.queued - self.taken >= 2:
+            raise RuntimeError("two pushes are in flight: take a result first")
+        if self.queued >= self.steps:
+            raise RuntimeError(f"made for {self.steps} pushes")
+        k = self.queued % 2
+        h = self.host_ids[k]
+        h[...] = np.asarray(ids).reshape(self.B)
+        rt = cp.cuda.runtime
+        with self.stream:
+            rt.memcpyAsync(self.ids.data.ptr, h.ctypes.data, h.nbytes, rt.memcpyHostToDevice, self.stream.ptr)
+            self._run()
+            o = self.host_out[k]
+            rt.memcpyAsync(o.ctypes.data, self.out.data.ptr, o.nbytes, rt.memcpyDeviceToHost, self.stream.ptr)
+            self.done[k].record(self.stream)
+        self.queued += 1
+
+    def result(self) -> np.ndarray:
+        """(B, cols) float32: post's table of the oldest push in flight (waits for it). A view of a
+        host buffer that the push two after it overwrites."""
+        if self.taken >= self.queued:
+            raise RuntimeError("no push in flight")
+        k = self.taken % 2
+        self.done[k].synchronize()
+        self.taken += 1
+        return self.host_out[k]
+
+    def close(self) -> None:
+        """Wait for the stream, then let the cache, the graph and the pool go."""
+        self.stream.synchronize()
+        self.graph = None
+        self.cache = None
+        self.step.pool.free_all_blocks()
