@@ -203,12 +203,13 @@ GPU_GRAPH = False            # the sliding lockstep step as a CUDA graph on a GP
 def _device_steppers(model, bounds, window: int, steps: int, A: int):
     """One ops/cuda_decode.LockstepGraph per lane (its step and the quantiser captured as one CUDA
     graph) where GPU_GRAPH is on and the backend takes it, else None (the launched step)."""
-    if not GPU_GRAPH or getattr(model.ops, "name", "") != "cuda":
+    if not GPU_GRAPH:
         return None
-    try:
-        from ..ops.cuda_decode import LockstepGraph, lockstep_graph_ok
-    except ImportError:
+    from ..ops import device_decoder
+    dec = device_decoder(model.ops)          # ops/cuda_decode on a GPU, else None
+    if dec is None:
         return None
+    LockstepGraph, lockstep_graph_ok = dec.LockstepGraph, dec.lockstep_graph_ok
     if lockstep_graph_ok(model, window) is not None:
         return None
     xp, weights = model.xp, model.weights()
