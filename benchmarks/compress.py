@@ -88,10 +88,12 @@ def measure(lm, data: bytes, window, streams, rounds: int, reread=None, engine=N
         blob = lm.compress(data, window=window, streams=streams, reread=reread, engine=engine)   # timed without stats (their float64 host pass)
         enc.append(time.perf_counter() - t)
         cpu_enc.append(time.process_time() - c)
+        print(f"compressed {len(data):,} bytes in {enc[-1]:.2f} s: {len(data) / enc[-1] / 1e3:.1f} KB/s", file=sys.stderr, flush=True)
         t, c = time.perf_counter(), time.process_time()
         back = lm.decompress(blob)
         dec.append(time.perf_counter() - t)
         cpu_dec.append(time.process_time() - c)
+        print(f"decompressed in {dec[-1]:.2f} s: {len(data) / dec[-1] / 1e3:.1f} KB/s", file=sys.stderr, flush=True)
         assert back == data, "round trip failed"
     stats = {}
     if not quick:   # (quick: no float64 stats pass nor a third pass; --graph both compares the bytes)
@@ -173,7 +175,8 @@ def main() -> None:
         for w, s, rr, eng in configs:
             for g in graphs:
                 driver.GPU_GRAPH = g
-                lm.decompress(lm.compress(data[:4096], window=w, streams=s, reread=rr, engine=eng))   # warm-up
+                ws = 64 if args.quick else s      # quick: a warm-up of 64 steps, not ~1,000 (kernels built, pools filled)
+                lm.decompress(lm.compress(data[:4096], window=w, streams=ws, reread=rr, engine=eng))   # warm-up
                 r = measure(lm, data, w, s, args.rounds, rr, eng, args.quick)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
