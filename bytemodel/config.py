@@ -149,6 +149,9 @@ class TrainConfig:
                                # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
     patience: int = 5          # stop after this many validations without a new best; 0: never
+    schedule: str = "cosine"   # learning rate after the warmup: cosine to the plan's end, or plateau:
+                               # cosine, halved from the best weights at each validation plateau
+                               # (training/plateau.py); a checkpoint without it ran cosine
     dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
                                # bytes and device (training/autoconf.py)
     dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: 0 for a new run, a fine-tune keeps its parent's
@@ -211,6 +214,8 @@ class TrainConfig:
             raise ConfigError(f"dropout must be auto or in [0, {MAX_DROPOUT}], got {self.dropout}")
         if not (self.dropout_attn == -1 or 0 <= self.dropout_attn <= MAX_DROPOUT):
             raise ConfigError(f"dropout-attn must be in [0, {MAX_DROPOUT}], got {self.dropout_attn}")
+        if self.schedule not in ("cosine", "plateau"):
+            raise ConfigError(f"unknown schedule {self.schedule!r}; choose cosine or plateau")
         if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
         from .validation import check_train_numbers

@@ -28,7 +28,7 @@ def _rewrite(path, **train):
 def test_loop_state_is_saved_and_an_older_checkpoint_resumes_the_same(tmp_path, dna_file, fast_settings):
     straight = bytemodel.train(dna_file, tmp_path / "a", steps=10, **fast_settings)
     assert ck.load(straight.checkpoint).train["loop"] == {"planned_steps": 10, "lr_from": [],
-                                                        "stop_reason": "finished 10 steps"}
+                                                        "stop_reason": "finished 10 steps", "cuts": []}
     part = bytemodel.train(dna_file, tmp_path / "b", steps=10, stop_at=4, **fast_settings)
     st = ck.load(part.checkpoint).train
     assert st["loop"]["planned_steps"] == 10 and st["loop"]["stop_reason"].startswith("interrupted: saved step 4")
@@ -44,7 +44,10 @@ def test_loop_state_is_saved_and_an_older_checkpoint_resumes_the_same(tmp_path, 
                                   {"planned_steps": 9, "stop_reason": 3}, [9],
                                   {"planned_steps": 9, "lr_from": [1]}, {"planned_steps": 9, "lr_from": [1.5, 1e-3]},
                                   {"planned_steps": 9, "lr_from": [-1, 1e-3]}, {"planned_steps": 9, "lr_from": [1, "x"]},
-                                  {"planned_steps": 9, "lr_from": {"step": 1}}])
+                                  {"planned_steps": 9, "lr_from": {"step": 1}},
+                                  {"planned_steps": 9, "cuts": [0]}, {"planned_steps": 9, "cuts": [3]},
+                                  {"planned_steps": 9, "cuts": [1, 1]}, {"planned_steps": 9, "cuts": [True]},
+                                  {"planned_steps": 9, "cuts": "1"}])
 def test_a_crafted_loop_state_is_refused(tmp_path, dna_file, fast_settings, loop):
     part = bytemodel.train(dna_file, tmp_path / "r", steps=8, stop_at=2, **fast_settings)
     _rewrite(tmp_path / "r", **{**ck.load(part.checkpoint).train, "loop": loop})

@@ -34,7 +34,7 @@ from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
 from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
 from ..validation import note_ignored_on_resume
-from . import distributed
+from . import distributed, plateau
 from .runner import Runner
 from .budget import Budget
 from .optim import LossScaler, extend_schedule, lr_at
@@ -78,13 +78,16 @@ class LoopState:
     lr_from: list = field(default_factory=list)   # [step, lr]: a resume changed the plan there; the
                                      # rate decays from lr to the floor at `planned` (optim.extend_schedule)
     stop_reason: str = ""            # why the run stopped ("" while it runs)
+    cuts: list = field(default_factory=list)   # steps after which the plateau schedule cut the rate
+                                     # and went back to the best weights (training/plateau.py)
     val_bpb: float | None = None     # the last validation (None before the first, or not finite)
     val_se: float | None = None
     loss: float | None = None        # the last step's training loss
     interrupted: bool = False
 
     def to_dict(self) -> dict:
-        return {"planned_steps": self.planned, "lr_from": self.lr_from, "stop_reason": self.stop_reason}
+        return {"planned_steps": self.planned, "lr_from": self.lr_from, "stop_reason": self.stop_reason,
+                "cuts": self.cuts}
 
 
 def loss_weights(mask, scale: float, shape: tuple[int, int]):
@@ -233,6 +236,7 @@ class Loop:
         self.plan_at = (self.budget.plan_step(tc.warmup, self.state.step)
                         if self.budget.enabled and not self.budget.planned else None)
         self.watch = Watch.from_state(saved.get("watch"), tc.patience)
+        self.best_host = None        # the plateau schedule's copy of the best weights (host, flat)
         self.T = cfg.context
         self.bytes_per_token = self.corpus.n_bytes / len(self.corpus.tokens)
         self.tokens_per_epoch = max(len(self.corpus.train), 1)
@@ -267,6 +271,7 @@ class Loop:
         if loaded is None:
             return ""
         old, st.lr_from = saved_schedule(loaded)
+        st.cuts = plateau.saved_cuts(loaded)
         if st.planned == UNPLANNED or old == UNPLANNED:   # a time budget not yet planned: its own rule
             return ""
         st.lr_from, note = extend_schedule(self.tc, st.step, old, st.planned, st.lr_from)
@@ -275,7 +280,8 @@ class Loop:
     def lr(self, s: int) -> float:
         """The learning rate of (0-based) step s."""
         tc = self.tc
-        return lr_at(s, tc.lr, tc.warmup, self.state.planned, tc.min_lr_ratio, self.state.lr_from)
+        base = lr_at(s, tc.lr, tc.warmup, self.state.planned, tc.min_lr_ratio, self.state.lr_from)
+        return plateau.rate(base, s, self.state.cuts, tc.min_lr_ratio * tc.lr)
 
     def _budget(self, saved: dict) -> Budget:
         spent_before, planned = saved.get("train_seconds", 0.0), saved.get("budget_planned", False)
@@ -396,10 +402,16 @@ class Loop:
         ok = math.isfinite(val)
         st.val_bpb, st.val_se = (val, se) if ok else (None, None)
         st.interrupted = stopping
+        cut = self._cut(done, new_best)   # a stop here saves the cut too: the resume goes on as straight
         st.stop_reason = self._stop_reason(done, stopping)
         rec["val_bpb"], rec["val_se"] = val, se
+        if cut:
+            rec["cut_to"] = self.watch.best_step
         self.record(rec)   # before the save: a kill between the two leaves a line the resume trims
-        params = self.save(stopping or at_plan or bool(st.stop_reason))
+        keep = self.tc.schedule == "plateau" and (new_best or cut)   # a resume finds the best (plateau.py)
+        params = self.save(stopping or at_plan or bool(st.stop_reason) or keep)
+        if new_best and self.tc.schedule == "plateau":
+            self.best_host = params.copy()
         if new_best and self.world.main:
             ckpt.save(self.run_.run_dir / ckpt.BEST_NAME, self.cfg, self.run_.tok, params,
                       {**self.train_state(), "best": True})
@@ -408,15 +420,34 @@ class Loop:
         if ok:
             self.bar.validation(done, epoch, rec["bpb"], val, se, new_best, rec["bytes_per_s"])
 
+    def _cut(self, done: int, new_best: bool) -> bool:
+        """The plateau schedule at a validation after step `done`: on a plateau, the best weights
+        back and the rate cut from the next step on (training/plateau.py). -> whether it cut."""
+        tc, st, w = self.tc, self.state, self.watch
+        if (tc.schedule != "plateau" or new_best or w.best_val is None or done >= st.planned
+                or not plateau.due(w.since_best, tc.patience, self.lr(done), tc.min_lr_ratio * tc.lr)):
+            return False
+        if self.best_host is None:   # a resumed process: from the checkpoint or best.safetensors
+            self.best_host = plateau.best_weights(self.run_.loaded, w.best_step, self.run_.run_dir / ckpt.BEST_NAME)
+        self.model.load_flat(self.best_host)
+        st.cuts.append(done)
+        since, w.since_best = w.since_best, 0
+        self.note(f"schedule: no new best in {since} validations: back to the best weights "
+                  f"(step {w.best_step}, {w.best_val:.4f} bits/byte); the rate from step {done + 1} is "
+                  f"{self.lr(done):.3g} (cut {len(st.cuts)})")
+        return True
+
     def _stop_reason(self, done: int, stopping: bool) -> str:
         """Why the run stops after step `done` ("" if it goes on): a stop request, patience, the
         time budget (decided before its last step), or the end of the plan, in that order."""
         tc, st = self.tc, self.state
         if stopping:
             return f"interrupted: saved step {done}; resume with --resume --out {self.run_.run_dir}"
-        if self.watch.out_of_patience():
+        if self.watch.out_of_patience() and done != st.planned:   # at the plan's end: it finished
             return (f"stopped early at step {done}: no new best validation in {tc.patience} "
-                    f"evaluations (--patience {tc.patience}; 0 turns this off)")
+                    f"evaluations (--patience {tc.patience}; 0 turns this off)"
+                    + (f"; the plateau schedule's rate is at its floor after {len(st.cuts)} cut(s)"
+                       if tc.schedule == "plateau" else ""))
         if st.stop_reason or done != st.planned:
             return st.stop_reason
         return self._finished()
@@ -476,6 +507,12 @@ class Loop:
             with open(self.metrics_path, "a") as f:
                 f.write(json.dumps(d) + "\n")
 
+    def note(self, text: str) -> None:
+        if self.bar is not None and self.bar.enabled:
+            self.bar.note(text)
+        else:
+            self.log(text)
+
     def warn(self, text: str) -> None:
         self.warnings.append(text)
         if self.bar is not None and self.bar.enabled:
@@ -491,7 +528,8 @@ class Loop:
                      f"({cfg.d_model}x{cfg.n_layers}, context {self.T}), {self.device} {tc.precision}; "
                      f"batch {tc.batch_size}, lr {tc.lr:g}, warmup {tc.warmup}, "
                      + (f"time budget {tc.minutes:g} min" if self.budget.enabled else f"{st.planned} steps")
-                     + (f", patience {tc.patience}" if tc.patience else ""))
+                     + (f", patience {tc.patience}" if tc.patience else "")
+                     + (", plateau schedule" if tc.schedule == "plateau" else ""))
         else:
             self.log(f"resuming {run_dir} at step {st.step} of "
                      f"{st.planned if st.planned != UNPLANNED else '(not yet planned)'}")

@@ -97,7 +97,9 @@ def _reopen(given: TrainConfig) -> Run:
     stored = loaded.train.get("config")
     tc = stored_train_config(TrainConfig, loaded.train, str(loaded.path), out_dir=str(run_dir),
                              steps=given.steps or (stored.get("steps", 0) if isinstance(stored, dict) else 0),
-                             distributed=given.distributed, shard_optimizer=given.shard_optimizer)
+                             distributed=given.distributed, shard_optimizer=given.shard_optimizer,
+                             **({} if isinstance(stored, dict) and "schedule" in stored
+                                else {"schedule": "cosine"}))   # from before the setting: it ran cosine
     tc.device, tc.precision, notes = resumed_backend(tc.device, tc.precision, given.device, given.precision,
                                                      int(loaded.train["step"]))
     tc.validate()
