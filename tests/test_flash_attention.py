@@ -183,3 +183,40 @@ def test_flash_matches_simple_path():
     o2, l2 = ops._attention_forward_ref(q, k, v)
     assert rel(host(o1), host(o2)) < 4e-3
     assert float(cp.max(cp.abs(l1 - l2))) < 2e-4
+
+
+def hopper_gpu():
+    return int(cp.cuda.Device().compute_capability) // 10 == 9
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("hopper", [True, False])
+@pytest.mark.parametrize("T,S", [(1, 1), (100, 100), (129, 300), (1000, 1000)])
+def test_forward_on_both_paths(precision, D, hopper, T, S):
+    """The wgmma forward (gpu/flash_hopper.cu, chosen on compute capability 9.x) and the
+    FlashAttention-2 forward it replaces there, each against the float64 reference: grouped-query
+    heads, S > T (a query block starting mid-cache), rows past a 128-row tile and keys past a key
+    tile, strided q/k/v views of one buffer, the tolerances of `check`. The Hopper kernel must be
+    the one that ran (its cached function), so a silent fall-back to FA2 fails."""
+    from bytemodel.ops.cuda_ops import CudaBackend
+    if hopper and not hopper_gpu():
+        pytest.skip("the wgmma forward needs compute capability 9.x")
+    try:
+        ops = CudaBackend(precision, hopper=hopper)
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    f = 1.0 if precision == "fp16" else 8.0
+    rng = np.random.default_rng(T * 7 + S + D)
+    B, H, K = 2, 6, 2
+    x = rng.standard_normal((B, S, H + 2 * K, D)).astype(ops.act_dtype)
+    buf = cp.asarray(x)
+    qd = buf[:, S - T:, :H].transpose(0, 2, 1, 3)
+    kd = buf[:, :, H:H + K].transpose(0, 2, 1, 3)
+    vd = buf[:, :, H + K:].transpose(0, 2, 1, 3)
+    out, lse = ops.attention_forward(qd, kd, vd)
+    o_ref, l_ref = ref.attention_forward(host(qd), host(kd), host(vd))
+    assert rel(host(out), o_ref) < 4e-3 * f
+    assert float(np.max(np.abs(host(lse) - l_ref))) < 2e-4 * f
+    from bytemodel.ops.cuda_ops import FLASH_FWD_HOPPER
+    assert (("flash_hopper.cu", FLASH_FWD_HOPPER[D]) in ops._fns) == hopper

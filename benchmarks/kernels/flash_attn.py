@@ -83,7 +83,22 @@ def variant_backend():
                 self._variants = cp.RawModule(code=code, options=opts)
             tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
             return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles
+
+        def _hopper_kernel(self, D, name=None):   # version = a kernel of gpu/flash_hopper.cu
+            ver = self.use.get("fwd")
+            return super()._hopper_kernel(D, ver if ver in cuda_ops.HOPPER_FWD_KERNELS else None)
     return Variants("fp16")
+
+
+def forward_versions(ops, D):
+    """The forward versions to time at head dim D: -> [(version, use hopper)]. "shipped" is what
+    attention_forward runs here (the wgmma kernel on Hopper); "fa2" the FlashAttention-2 kernel."""
+    on_hopper = ops.hopper
+    vs = [("shipped", on_hopper)]
+    if on_hopper:
+        from bytemodel.ops.cuda_ops import HOPPER_FWD_KERNELS
+        vs += [("fa2", False)] + [(v, True) for v, (d, *_) in HOPPER_FWD_KERNELS.items() if d == D]
+    return vs + [(v, False) for (v, d) in VARIANTS_FWD if d == D]
 
 
 def ours(B, H, T, D, same=None):
@@ -103,11 +118,14 @@ def ours(B, H, T, D, same=None):
         a, b = a.astype(cp.float32), b.astype(cp.float32)
         return float(cp.linalg.norm(a - b) / cp.linalg.norm(b)) < 2e-3
 
-    for ver in ["shipped"] + [v for (v, d) in VARIANTS_FWD if d == D]:
-        ops.use = {"fwd": ver}
+    on_hopper = ops.hopper
+    for ver, hop in forward_versions(ops, D):
+        ops.use = {"fwd": ver if ver != "fa2" else "shipped"}
+        ops.hopper = hop
         o2, _ = ops.attention_forward(q, k, v)
         assert close(o2, out), f"forward {ver} d{D} differs from the shipped kernel"
         res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
+    ops.hopper = on_hopper
     for ver in ["shipped"] + [v for (v, d) in VARIANTS_BWD if d == D]:
         ops.use = {"bwd": ver}
         g2 = ops.attention_backward(do, q, k, v, out, lse)

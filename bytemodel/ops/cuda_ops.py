@@ -66,6 +66,22 @@ FLASH_FWD = {32: (128, 64), 64: (128, 64), 128: (128, 32)}
 FLASH_BWD = {32: (32, 128, 64), 64: (32, 128, 64), 128: (32, 64, 64)}
 
 
+# The Hopper forward (gpu/flash_hopper.cu, wgmma; compute capability 9.x only): head dim ->
+# (kernel, BM query rows = 64 per warpgroup, BN keys a tile, shared-memory stages of K and V).
+# Chosen by benchmarks/kernels/flash_attn.py on the H200 among the kernels of that file
+# (HOPPER_FWD_KERNELS). Dropout and other head dims keep FLASH_FWD.
+HOPPER_FWD_KERNELS = {
+    "flash_fwd_h64_a": (64, 128, 128, 2), "flash_fwd_h64_b": (64, 128, 64, 2),
+    "flash_fwd_h64_as": (64, 128, 128, 2), "flash_fwd_h64_bs": (64, 128, 64, 2),
+    "flash_fwd_h64_cs": (64, 64, 64, 2), "flash_fwd_h64_ds": (64, 64, 64, 3),
+    "flash_fwd_h64_es": (64, 64, 128, 3), "flash_fwd_h64_fs": (64, 128, 64, 3),
+    "flash_fwd_h64_gs": (64, 128, 128, 3),
+    "flash_fwd_h128_b": (128, 128, 128, 2), "flash_fwd_h128_as": (128, 128, 64, 2),
+    "flash_fwd_h128_bs": (128, 128, 128, 2), "flash_fwd_h128_cs": (128, 64, 64, 2),
+    "flash_fwd_h128_ds": (128, 64, 64, 3), "flash_fwd_h128_es": (128, 128, 64, 3)}
+FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bs"}
+
+
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
 DECODE_HEAD_DIMS = (16, 32, 64, 128, 256)   # the head dims gpu/decode.cu's attention is built for
 
@@ -101,6 +117,43 @@ def _module(file: str, precision: str):
             opts += ("--use_fast_math",)     # ex2.approx / rcp.approx in the softmax; ftz
         _MODULES[key] = cp.RawModule(code=_source(file), options=opts)
     return _MODULES[key]
+
+
+_HOPPER_MODULES: dict = {}
+
+
+def _hopper_module(precision: str, defines: tuple = ()):
+    """gpu/flash_hopper.cu compiled by NVRTC for sm_90a (wgmma needs the architecture-specific
+    target, which CuPy's own compile path cannot name), loaded from the cubin. defines: extra
+    -D options (benchmarks and the layout probe only)."""
+    key = (precision, defines)
+    if key not in _HOPPER_MODULES:
+        import hashlib
+        import tempfile
+        from cupy._core.core import assemble_cupy_compiler_options
+        from cupy_backends.cuda.libs import nvrtc
+        src = _source("flash_hopper.cu")
+        opts = assemble_cupy_compiler_options(
+            ("-std=c++17", f"-D{_MACRO[precision]}", "--use_fast_math", "-arch=sm_90a")
+            + tuple(f"-D{d}" for d in defines))
+        prog = nvrtc.createProgram(src, "flash_hopper.cu", (), ())
+        try:
+            try:
+                nvrtc.compileProgram(prog, opts)
+            except nvrtc.NVRTCError as e:
+                raise RuntimeError(f"flash_hopper.cu did not compile: {e}\n{nvrtc.getProgramLog(prog)}") from None
+            cubin = nvrtc.getCUBIN(prog)
+        finally:
+            nvrtc.destroyProgram(prog)
+        tag = hashlib.sha256(cubin).hexdigest()[:16]
+        with tempfile.TemporaryDirectory() as d:   # RawModule loads a cubin from a file
+            path = os.path.join(d, f"flash_hopper_{tag}.cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            mod = cp.RawModule(path=path)
+            mod.get_function(FLASH_FWD_HOPPER[64])   # loads the module now, before the file goes
+            _HOPPER_MODULES[key] = mod
+    return _HOPPER_MODULES[key]
 
 
 def _attn_drop(drop, B, H, T, S):
@@ -143,7 +196,7 @@ class CudaBackend:
     xp = cp
     cpu_threads = False  # one device runs the whole batch
 
-    def __init__(self, precision: str = "fp16", flash: bool = True):
+    def __init__(self, precision: str = "fp16", flash: bool = True, hopper: bool | None = None):
         if precision not in _MACRO:
             raise ValueError(f"unknown precision {precision!r}")
         self.precision = precision
@@ -156,6 +209,12 @@ class CudaBackend:
         self._ctype = {"fp16": _R_16F, "bf16": _R_16BF, "fp32": _R_32F}[precision]
         self.flash = flash and precision != "fp32"
         self.decode_attention = self.flash   # attention_decode's kernel (fp32 keeps the reference path)
+        # the wgmma forward (gpu/flash_hopper.cu) on compute capability 9.x; hopper=False (or
+        # BYTEMODEL_HOPPER=0 in the environment) keeps the FlashAttention-2 kernels everywhere
+        if hopper is None:
+            hopper = (int(cp.cuda.Device().compute_capability) // 10 == 9
+                      and os.environ.get("BYTEMODEL_HOPPER", "1") != "0")
+        self.hopper = self.flash and bool(hopper)
         self._positions = None               # 0, 1, 2, ... on the device: attention_decode's key counts
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
@@ -526,7 +585,9 @@ class CudaBackend:
     def attention_forward(self, q, k, v, block=None, drop=None):
         """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) fp32 (natural log).
 
-        FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); otherwise cuBLAS + softmax.
+        FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); on Hopper (self.hopper)
+        without dropout at D in {64, 128}, the wgmma forward of gpu/flash_hopper.cu (the same
+        contract); otherwise cuBLAS + softmax.
         The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
         drop (training only): (p, key, offset), numpy_ops.attention_forward's: the probabilities
         dropped after the softmax (the row sum and lse stay P's), the mask of numpy_ops.attn_keep
@@ -544,9 +605,12 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        fn, (BM, BN) = self._flash_kernel("fwd", D, dr is not None)
-        SD = D + 8
-        smem = (BM * SD + 4 * BN * SD) * 2
+        if self.hopper and dr is None and D in FLASH_FWD_HOPPER:
+            fn, (BM, BN, stages) = self._hopper_kernel(D)
+            smem, threads = (BM * D + 2 * stages * BN * D) * 2 + 1024, 2 * BM   # + the 1024-byte alignment
+        else:
+            fn, (BM, BN) = self._flash_kernel("fwd", D, dr is not None)
+            smem, threads = (BM * (D + 8) + 4 * BN * (D + 8)) * 2, 128
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale_log2 = _scale_log2(D)
@@ -555,10 +619,19 @@ class CudaBackend:
             b1 = min(B, b0 + nb)
             # the slice's first element in the mask's counter: batch row b0
             extra = () if dr is None else (_i64(dr[0] + b0 * H * T * S),) + dr[1:]
-            fn(((T + BM - 1) // BM, (b1 - b0) * H), (128,),
+            fn(((T + BM - 1) // BM, (b1 - b0) * H), (threads,),
                (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
                 *qs, *ks, *vs, *os_, _f32(scale_log2)) + extra, shared_mem=smem)
         return out, lse
+
+    def _hopper_kernel(self, D: int, name: str | None = None):
+        """The wgmma forward for head dim D (or the kernel `name`) and its (BM, BN, stages).
+        (benchmarks/kernels/flash_attn.py overrides it to time the others.)"""
+        name = name or FLASH_FWD_HOPPER[D]
+        key = ("flash_hopper.cu", name)
+        if key not in self._fns:
+            self._fns[key] = _hopper_module(self.precision).get_function(name)
+        return self._fns[key], HOPPER_FWD_KERNELS[name][1:]
 
     def attention_decode(self, q, kc, vc, n):
         """q (B, H, 1, D); kc/vc (B, K, S, D) cache buffers, keys 0..n-1 filled -> out (B, H, 1, D).

@@ -1,0 +1,400 @@
+// FlashAttention forward for Hopper (sm_90a): the products on warpgroup matrix instructions
+// (wgmma, m64nNk16, FP16 or BF16 in, FP32 accumulate), causal, grouped-query, head dims 64 and
+// 128, any T and S >= T; the same contract as flash_attn.cu's flash_fwd (the FlashAttention-2
+// kernels, which stay for other GPUs and for attention dropout). Compiled by NVRTC for sm_90a
+// only (cuda_ops._hopper_module); selected on compute capability 9.x.
+//
+// Layout, arguments and outputs: flash_attn.cu's forward (q (B, H, T, D), k/v (B, K, S, D) by
+// strides, O written through strides, LSE (natural log) in (B, H, T)).
+//
+// One CTA = 128 query rows of one (b, h) = two warpgroups of 64 rows; it loops over key tiles
+// of BN keys with an online softmax (base-2 exponentials), K/V tiles double buffered through
+// cp.async. Per tile and warpgroup: S = Q K^T is one chain of D / 16 wgmma with both operands in
+// shared memory; P stays in registers (the accumulator's layout is the A operand's, as FA2's
+// trick with mma.sync) and O += P V is BN / 16 wgmma with A from registers. A warpgroup whose 64
+// rows see none of a tile's keys skips it; fully masked tiles are never loaded.
+//
+// Shared memory holds every tile in the instructions' no-swizzle "core matrix" layout: 8 rows of
+// 16 bytes (8 elements) are one contiguous 128-byte core matrix; a group of 8 rows is D / 8 core
+// matrices side by side (columns 0-7, 8-15, ...); groups follow each other. Element (r, c) of a
+// tile is at byte (r / 8) * 16 D + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2, and the i-th
+// 16-byte chunk of a cp.async sweep (r % 8 fastest, then c / 8, then r / 8) lands at byte 16 i.
+// Q and K are read "K-major" (the reduction dim, D, inside a core matrix row): leading byte
+// offset (next core matrix along the reduction) 128, stride byte offset (next 8 rows) 16 D.
+// V is read "MN-major" (keys are the reduction dim, D the output columns, each core matrix row
+// 8 output columns of one key): leading byte offset (next 8 keys) 16 D, stride byte offset (next
+// 8 columns) 128; the B operand transposed (imm-trans-b = 1).
+//
+// Fragment layout of a warpgroup's accumulator (64 x N, fp32): warp w of the group holds rows
+// 16 w .. 16 w + 15; with g = lane / 4, t = lane % 4, register 4 i + e holds row 16 w + g + 8 (e / 2),
+// column 8 i + 2 t + (e % 2): mma.sync's C layout repeated over N / 8 column blocks. The A
+// operand from registers (64 x 16, 16-bit) is mma.sync's A layout per warp, so a row of P packs
+// into A with no shuffles.
+#include "common.cuh"
+
+#if HAS_MMA
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+// the descriptors' byte offsets (leading, stride) for Q/K and V, as expressions of D. The advance
+// from one 16-wide step of the reduction to the next is the layout's own: 256 bytes for Q/K (two
+// core matrices), 32 D for V (16 keys = two groups of 8).
+#define DESC_QK_L(D) 128
+#define DESC_QK_S(D) (16 * (D))
+#define DESC_V_L(D) (16 * (D))
+#define DESC_V_S(D) 128
+#define SW1_V_L (R * 128)
+#define SW1_V_S 1024
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+// A shared-memory matrix descriptor: start address, leading and stride byte offsets (each >> 4),
+// no swizzle, base offset 0.
+__device__ __forceinline__ u64 gmma_desc(const void* p, u32 lbo, u32 sbo) {
+    u64 d = (u64)((smem_u32(p) & 0x3FFFF) >> 4);
+    d |= (u64)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (u64)((sbo >> 4) & 0x3FFF) << 32;
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// keep the compiler from moving accumulator reads or writes across an asynchronous product
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void cp_async16(void* s, const act_t* g, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+__device__ __forceinline__ u32 pack2(float a, float b) {
+    act2_t h = from_f2(a, b);
+    return *reinterpret_cast<u32*>(&h);
+}
+
+// rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into the core-matrix layout at s;
+// rows >= nrows are zero-filled. Chunk i: r % 8 = i % 8, c / 8 = (i / 8) % (D / 8), r / 8 = i / D.
+template <int R, int D, int NT>
+__device__ __forceinline__ void load_tile_cm(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows) {
+#pragma unroll
+    for (int i = threadIdx.x; i < R * D / 8; i += NT) {
+        int r = (i / D) * 8 + (i % 8), c = ((i / 8) % (D / 8)) * 8;
+        bool ok = r0 + r < nrows;
+        cp_async16(s + 16 * i, g + (ok ? (i64)(r0 + r) * rs + c : 0), ok);
+    }
+}
+
+// The two shared-memory layouts, SW = 0: the core-matrix layout above (no swizzle); SW = 1: the
+// 128-byte swizzle: a tile is D / 64 column blocks ("atoms") of 64 columns, each R rows of 128
+// bytes, and the 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row, so the tensor
+// cores' reads of eight rows at one column hit eight different bank groups. Descriptors: Q and
+// K K-major (stride byte offset 1024 = 8 rows; the leading offset unused: one 16-wide step stays
+// inside a 128-byte row), a step of 16 columns = +32 bytes in an atom; V MN-major (stride byte
+// offset 1024 = 8 keys, leading offset R 128 = the next 64 output columns), a step of 16 keys =
+// +2048 bytes. Every tile starts on a 1024-byte boundary (the swizzle's period).
+template <int D, int SW> struct Lay;
+template <int D> struct Lay<D, 0> {
+    template <int R, int NT>
+    __device__ static void load(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows) {
+        load_tile_cm<R, D, NT>(s, g, rs, r0, nrows);
+    }
+    __device__ static u64 qk(const unsigned char* p, int) { return gmma_desc(p, DESC_QK_L(D), DESC_QK_S(D)); }
+    __device__ static u32 qk_step(int kk, int) { return kk * 256; }
+    __device__ static u64 v(const unsigned char* p, int) { return gmma_desc(p, DESC_V_L(D), DESC_V_S(D)); }
+    __device__ static u32 v_step(int kk) { return kk * 32 * D; }
+    __device__ static u32 rows_at(int r, int) { return r * D * 2; }   // byte offset of row r (r % 8 == 0)
+};
+template <int D> struct Lay<D, 1> {
+    template <int R, int NT>
+    __device__ static void load(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows) {
+        constexpr int CPR = D / 8;   // chunks a row
+#pragma unroll
+        for (int i = threadIdx.x; i < R * CPR; i += NT) {
+            int r = i / CPR, c = i % CPR;
+            bool ok = r0 + r < nrows;
+            unsigned char* dst = s + (c / 8) * R * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+            cp_async16(dst, g + (ok ? (i64)(r0 + r) * rs + c * 8 : 0), ok);
+        }
+    }
+    __device__ static u64 sw(u64 d) { return d | (1ull << 62); }
+    __device__ static u64 qk(const unsigned char* p, int) { return sw(gmma_desc(p, 16, 1024)); }
+    __device__ static u32 qk_step(int kk, int R) { return (kk / 4) * R * 128 + (kk % 4) * 32; }
+    __device__ static u64 v(const unsigned char* p, int R) { return sw(gmma_desc(p, SW1_V_L, SW1_V_S)); }
+    __device__ static u32 v_step(int kk) { return kk * 2048; }
+    __device__ static u32 rows_at(int r, int) { return r * 128; }
+};
+
+// ---- the wgmma wrappers (inline PTX names every accumulator register, so they are written out)
+// ss: A and B from shared memory (descriptors); rs: A from registers. acc = 0: D = A B, else
+// D += A B. TB: imm-trans-b (0: B is K-major, 1: MN-major).
+template <int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." MMA_T "." MMA_T " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc), "n"(TB));
+}
+
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." MMA_T "." MMA_T " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+
+template <int TB>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], u64 da, u64 db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." MMA_T "." MMA_T " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(acc), "n"(TB));
+}
+
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4], u64 db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." MMA_T "." MMA_T " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
+}
+
+template <int N> struct Wg;
+template <> struct Wg<64> {
+    template <int TB> __device__ static void ss(float (&d)[32], u64 a, u64 b, int acc) { wgmma_ss_n64<TB>(d, a, b, acc); }
+    template <int TB> __device__ static void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64<TB>(d, a, b, acc); }
+};
+template <> struct Wg<128> {
+    template <int TB> __device__ static void ss(float (&d)[64], u64 a, u64 b, int acc) { wgmma_ss_n128<TB>(d, a, b, acc); }
+    template <int TB> __device__ static void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128<TB>(d, a, b, acc); }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Forward. WGS warpgroups of 64 query rows (BM = 64 WGS rows, 128 WGS threads a CTA), BN keys a
+// tile, STAGES shared-memory stages of K and V. OVERLAP: the scores of tile j + 1 are in flight
+// on the tensor cores while the softmax of tile j runs (FlashAttention-3's pipelining within a
+// warpgroup; two score register sets, loads two tiles ahead, STAGES >= 3); otherwise each
+// product is waited for at once and a CTA's warps overlap only with other CTAs on the SM.
+template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW>
+__device__ __forceinline__ void flash_fwd_h(
+    const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
+    act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
+    i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
+    i64 osb, i64 osh, i64 ost, float scale_log2) {
+    constexpr int BM = 64 * WGS, NT = 128 * WGS, TILE = BN * D * 2;   // bytes of one K or V tile
+    constexpr int AHEAD = OVERLAP ? 2 : 1;                            // tiles loaded ahead
+    static_assert(STAGES >= AHEAD + 1, "a stage per tile in flight and the one being read");
+    using L = Lay<D, SW>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than the tiles
+    unsigned char* sQ = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BM][D]
+    unsigned char* sK = sQ + BM * D * 2;          // [STAGES][BN][D]
+    unsigned char* sV = sK + STAGES * TILE;       // [STAGES][BN][D]
+
+    const int mtile = gridDim.x - 1 - blockIdx.x;    // heaviest (last) query tiles first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KH);
+    const int m0 = mtile * BM, offset = S - T;
+    const act_t* q = Q + b * qsb + h * qsh;
+    const act_t* k = Kg + b * ksb + kh * ksh;
+    const act_t* v = Vg + b * vsb + kh * vsh;
+    const int ntiles = (min(S, m0 + BM + offset) + BN - 1) / BN;            // tiles the CTA loads
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wrow = wg * 64 + warp * 16;            // this warp's first row in the CTA's tile
+    const int wtiles = (min(S, m0 + wg * 64 + 64 + offset) + BN - 1) / BN;  // tiles this warpgroup sees
+
+    L::template load<BM, NT>(sQ, q, qst, m0, T);
+#pragma unroll
+    for (int a = 0; a < AHEAD; a++) {   // tiles 0 .. AHEAD - 1, one commit group each (Q with the first)
+        if (a < ntiles) {
+            L::template load<BN, NT>(sK + a * TILE, k, kst, a * BN, S);
+            L::template load<BN, NT>(sV + a * TILE, v, vst, a * BN, S);
+        }
+        cp_commit();
+    }
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const u64 dq = L::qk(sQ + L::rows_at(wg * 64, BM), BM);
+    float s[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) s[i] = 0.f;   // overwritten (acc = 0); keeps them defined
+
+    auto scores = [&](float (&dst)[BN / 2], int tile) {   // dst = Q K_tile^T, issued (not waited for)
+        const u64 dk = L::qk(sK + (tile % STAGES) * TILE, BN);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)   // 16 columns of Q and K
+            Wg<BN>::template ss<0>(dst, dq + (L::qk_step(kk, BM) >> 4), dk + (L::qk_step(kk, BN) >> 4), kk);
+        wgmma_commit();
+    };
+
+    if (OVERLAP) {   // tile 0's scores before the loop
+        cp_wait<AHEAD - 1>();
+        fence_proxy_async();   // the cp.async writes, read next by the tensor cores (async proxy)
+        __syncthreads();
+        if (wtiles > 0) {
+            scores(s, 0);
+            wgmma_wait<0>();
+            fence_regs(s);
+        }
+    }
+    for (int j = 0; j < ntiles; j++) {
+        // tile j + AHEAD into its stage, whose last reader (tile j + AHEAD - STAGES) is done
+        if (j + AHEAD < ntiles) {
+            const int st = (j + AHEAD) % STAGES;
+            L::template load<BN, NT>(sK + st * TILE, k, kst, (j + AHEAD) * BN, S);
+            L::template load<BN, NT>(sV + st * TILE, v, vst, (j + AHEAD) * BN, S);
+        }
+        cp_commit();
+        cp_wait<1>();            // all but the newest group: tile j (j + 1 with OVERLAP) has landed
+        fence_proxy_async();
+        __syncthreads();
+        const int n0 = j * BN;
+        if (j < wtiles) {
+            float sn[OVERLAP ? BN / 2 : 1];
+            const bool next = OVERLAP && j + 1 < wtiles;
+            if constexpr (OVERLAP) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) sn[i] = 0.f;
+                if (next) scores(sn, j + 1);
+            } else {
+                scores(s, j);
+                wgmma_wait<0>();
+                fence_regs(s);
+            }
+            if (n0 + BN > S || n0 + BN - 1 > m0 + wrow + offset) {   // the tile touches the diagonal or the end
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int c = n0 + i * 8 + 2 * t + (e & 1);
+                        int r = m0 + wrow + g + (e >> 1) * 8;
+                        if (c >= S || c > r + offset) s[4 * i + e] = -INFINITY;
+                    }
+            }
+            // online softmax, two rows per thread (g: e = 0, 1; g + 8: e = 2, 3)
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * rh], s[4 * i + 2 * rh + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mnew = fmaxf(mrow[rh], mx * scale_log2);
+                float muse = mnew == -INFINITY ? 0.f : mnew;
+                float alpha = exp2f(mrow[rh] - muse);
+                mrow[rh] = mnew;
+                float sum = 0.f;
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++) {
+                    float p0 = exp2f(s[4 * i + 2 * rh] * scale_log2 - muse);
+                    float p1 = exp2f(s[4 * i + 2 * rh + 1] * scale_log2 - muse);
+                    s[4 * i + 2 * rh] = p0; s[4 * i + 2 * rh + 1] = p1;
+                    sum += p0 + p1;
+                }
+                lrow[rh] = lrow[rh] * alpha + sum;
+#pragma unroll
+                for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
+            }
+            // O += P V: 16 keys a product, P's registers as the A operand
+            u32 pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
+            }
+            const u64 dv = L::v(sV + (j % STAGES) * TILE, BN);
+            fence_regs(o);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)   // 16 keys = two groups of 8
+                Wg<D>::template rs<1>(o, pa[kk], dv + (L::v_step(kk) >> 4), 1);
+            wgmma_commit();
+            wgmma_wait<0>();      // (with OVERLAP also tile j + 1's scores, committed before)
+            fence_regs(o);
+            if constexpr (OVERLAP) {
+                fence_regs(sn);
+#pragma unroll
+                for (int i = 0; i < BN / 2; i++) s[i] = sn[i];
+            }
+        }
+        __syncthreads();   // every warpgroup is done with stage j before it is loaded again
+    }
+    // finish: divide by the row sums, write O and LSE
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        float l = lrow[rh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int r = m0 + wrow + g + rh * 8;
+        float inv = 1.f / l;
+        if (r < T) {
+            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                *reinterpret_cast<act2_t*>(orow + i * 8 + 2 * t) = from_f2(o[4 * i + 2 * rh] * inv, o[4 * i + 2 * rh + 1] * inv);
+            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
+        }
+    }
+}
+
+#define FWD_H(NAME, D, BN, WGS, STAGES, OVERLAP, SW, MINB)                                         \
+    extern "C" __global__ void __launch_bounds__(128 * WGS, MINB) NAME(                            \
+        const act_t* Q, const act_t* K, const act_t* V, act_t* O, float* LSE, int H, int KH, int T, \
+        int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,     \
+        i64 osb, i64 osh, i64 ost, float scale_log2) {                                             \
+        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW>(Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst,  \
+                                                     ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost,  \
+                                                     scale_log2);                                  \
+    }
+
+// name, D, BN, warpgroups, stages, overlap, swizzle, CTAs per SM asked of the register allocator.
+// cuda_ops.FLASH_FWD_HOPPER names the shipped one per head dim; the rest are timed by
+// benchmarks/kernels/flash_attn.py (cuda_ops.HOPPER_FWD_KERNELS).
+FWD_H(flash_fwd_h64_a, 64, 128, 2, 2, false, 0, 1)
+FWD_H(flash_fwd_h64_b, 64, 64, 2, 2, false, 0, 2)
+FWD_H(flash_fwd_h64_as, 64, 128, 2, 2, false, 1, 1)
+FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, 2)
+FWD_H(flash_fwd_h64_cs, 64, 64, 1, 2, false, 1, 3)
+FWD_H(flash_fwd_h64_ds, 64, 64, 1, 3, true, 1, 3)
+FWD_H(flash_fwd_h64_es, 64, 128, 1, 3, true, 1, 2)
+FWD_H(flash_fwd_h64_fs, 64, 64, 2, 3, true, 1, 1)
+FWD_H(flash_fwd_h64_gs, 64, 128, 2, 3, true, 1, 1)
+FWD_H(flash_fwd_h128_b, 128, 128, 2, 2, false, 0, 1)
+FWD_H(flash_fwd_h128_as, 128, 64, 2, 2, false, 1, 1)
+FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, 1)
+FWD_H(flash_fwd_h128_cs, 128, 64, 1, 2, false, 1, 2)
+FWD_H(flash_fwd_h128_ds, 128, 64, 1, 3, true, 1, 2)
+FWD_H(flash_fwd_h128_es, 128, 64, 2, 3, true, 1, 1)
+
+#endif
