@@ -378,23 +378,10 @@ __device__ __forceinline__ void flash_fwd_h(
                                                      scale_log2);                                  \
     }
 
-// name, D, BN, warpgroups, stages, overlap, swizzle, CTAs per SM asked of the register allocator.
-// cuda_ops.FLASH_FWD_HOPPER names the shipped one per head dim; the rest are timed by
-// benchmarks/kernels/flash_attn.py (cuda_ops.HOPPER_FWD_KERNELS).
-FWD_H(flash_fwd_h64_a, 64, 128, 2, 2, false, 0, 1)
-FWD_H(flash_fwd_h64_b, 64, 64, 2, 2, false, 0, 2)
-FWD_H(flash_fwd_h64_as, 64, 128, 2, 2, false, 1, 1)
+// name, D, BN, warpgroups, stages, overlap, swizzle, CTAs per SM asked of the register allocator:
+// the shipped kernel per head dim (cuda_ops.FLASH_FWD_HOPPER). The other tiles, timed by
+// benchmarks/kernels/flash_attn.py, are instantiated in benchmarks/kernels/flash_hopper_variants.cu.
 FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, 2)
-FWD_H(flash_fwd_h64_cs, 64, 64, 1, 2, false, 1, 3)
-FWD_H(flash_fwd_h64_ds, 64, 64, 1, 3, true, 1, 3)
-FWD_H(flash_fwd_h64_es, 64, 128, 1, 3, true, 1, 2)
-FWD_H(flash_fwd_h64_fs, 64, 64, 2, 3, true, 1, 1)
-FWD_H(flash_fwd_h64_gs, 64, 128, 2, 3, true, 1, 1)
-FWD_H(flash_fwd_h128_b, 128, 128, 2, 2, false, 0, 1)
-FWD_H(flash_fwd_h128_as, 128, 64, 2, 2, false, 1, 1)
 FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, 1)
-FWD_H(flash_fwd_h128_cs, 128, 64, 1, 2, false, 1, 2)
-FWD_H(flash_fwd_h128_ds, 128, 64, 1, 3, true, 1, 2)
-FWD_H(flash_fwd_h128_es, 128, 64, 2, 3, true, 1, 1)
 
 #endif

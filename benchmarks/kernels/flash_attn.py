@@ -60,6 +60,7 @@ VARIANTS_FWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64), ("v1", 128): (64, 64
                 ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
 VARIANTS_BWD = {("v1", 32): (64, 64, 64), ("v1", 64): (64, 64, 64), ("atomic", 64): (32, 128, 32),
                 ("single", 64): (32, 128, 32), ("pair_ticket", 64): (32, 128, 64), ("deferred", 64): (32, 128, 32)}
+HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
 
@@ -84,9 +85,13 @@ def variant_backend():
             tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
             return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles
 
-        def _hopper_kernel(self, D, name=None):   # version = a kernel of gpu/flash_hopper.cu
+        def _hopper_kernel(self, D, name=None):   # version = a kernel of HOPPER_FWD_KERNELS
             ver = self.use.get("fwd")
-            return super()._hopper_kernel(D, ver if ver in cuda_ops.HOPPER_FWD_KERNELS else None)
+            if ver not in cuda_ops.HOPPER_FWD_KERNELS or ver == cuda_ops.FLASH_FWD_HOPPER[D]:
+                return super()._hopper_kernel(D)
+            with open(HOPPER_VARIANTS_FILE) as f:
+                mod = cuda_ops._hopper_module(self.precision, "\n" + f.read())
+            return mod.get_function(ver), cuda_ops.HOPPER_FWD_KERNELS[ver][1:]
     return Variants("fp16")
 
 
@@ -96,8 +101,10 @@ def forward_versions(ops, D):
     on_hopper = ops.hopper
     vs = [("shipped", on_hopper)]
     if on_hopper:
+        from bytemodel.ops import cuda_ops
         from bytemodel.ops.cuda_ops import HOPPER_FWD_KERNELS
-        vs += [("fa2", False)] + [(v, True) for v, (d, *_) in HOPPER_FWD_KERNELS.items() if d == D]
+        vs += [("fa2", False)] + [(v, True) for v, (d, *_) in HOPPER_FWD_KERNELS.items()
+                                  if d == D and v != cuda_ops.FLASH_FWD_HOPPER[D]]
     return vs + [(v, False) for (v, d) in VARIANTS_FWD if d == D]
 
 

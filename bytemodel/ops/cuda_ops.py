@@ -1,5 +1,6 @@
 """The CUDA backend: the ops of numpy_ops.py on an NVIDIA GPU, with CuPy, cuBLAS and hand-written
-kernels (gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture).
+kernels (gpu/*.cu, compiled at run time by NVRTC for the GPU's own architecture; on Hopper the
+forward attention of gpu/flash_hopper.cu for sm_90a, see _hopper_module).
 
 Same op names and signatures as the NumPy reference (the oracle); the model never branches on the
 device. The kernels live one op to a file: gpu/embedding.cu, rmsnorm.cu, rope.cu, flash_attn.cu,
@@ -71,14 +72,15 @@ FLASH_BWD = {32: (32, 128, 64), 64: (32, 128, 64), 128: (32, 64, 64)}
 # Chosen by benchmarks/kernels/flash_attn.py on the H200 among the kernels of that file
 # (HOPPER_FWD_KERNELS). Dropout and other head dims keep FLASH_FWD.
 HOPPER_FWD_KERNELS = {
+    "flash_fwd_h64_bs": (64, 128, 64, 2), "flash_fwd_h128_bs": (128, 128, 128, 2),
+    # the study variants of benchmarks/kernels/flash_hopper_variants.cu
     "flash_fwd_h64_a": (64, 128, 128, 2), "flash_fwd_h64_b": (64, 128, 64, 2),
-    "flash_fwd_h64_as": (64, 128, 128, 2), "flash_fwd_h64_bs": (64, 128, 64, 2),
-    "flash_fwd_h64_cs": (64, 64, 64, 2), "flash_fwd_h64_ds": (64, 64, 64, 3),
-    "flash_fwd_h64_es": (64, 64, 128, 3), "flash_fwd_h64_fs": (64, 128, 64, 3),
-    "flash_fwd_h64_gs": (64, 128, 128, 3),
+    "flash_fwd_h64_as": (64, 128, 128, 2), "flash_fwd_h64_cs": (64, 64, 64, 2),
+    "flash_fwd_h64_ds": (64, 64, 64, 3), "flash_fwd_h64_es": (64, 64, 128, 3),
+    "flash_fwd_h64_fs": (64, 128, 64, 3), "flash_fwd_h64_gs": (64, 128, 128, 3),
     "flash_fwd_h128_b": (128, 128, 128, 2), "flash_fwd_h128_as": (128, 128, 64, 2),
-    "flash_fwd_h128_bs": (128, 128, 128, 2), "flash_fwd_h128_cs": (128, 64, 64, 2),
-    "flash_fwd_h128_ds": (128, 64, 64, 3), "flash_fwd_h128_es": (128, 128, 64, 3)}
+    "flash_fwd_h128_cs": (128, 64, 64, 2), "flash_fwd_h128_ds": (128, 64, 64, 3),
+    "flash_fwd_h128_es": (128, 128, 64, 3)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bs"}
 
 
@@ -122,37 +124,41 @@ def _module(file: str, precision: str):
 _HOPPER_MODULES: dict = {}
 
 
-def _hopper_module(precision: str, defines: tuple = ()):
-    """gpu/flash_hopper.cu compiled by NVRTC for sm_90a (wgmma needs the architecture-specific
-    target, which CuPy's own compile path cannot name), loaded from the cubin. defines: extra
-    -D options (benchmarks and the layout probe only)."""
-    key = (precision, defines)
+def _hopper_module(precision: str, extra: str = ""):
+    """gpu/flash_hopper.cu (+ `extra` source: the benchmarks' variants) compiled by NVRTC for
+    sm_90a (wgmma needs the architecture-specific target, which CuPy's own compile path cannot
+    name) and loaded from the cubin. The cubin is kept in CuPy's kernel cache directory
+    (CUPY_CACHE_DIR, else ~/.cupy/kernel_cache) under the hash of the source, the options and
+    NVRTC's version, written atomically, so only a process's first use of a new source compiles."""
+    key = (precision, extra)
     if key not in _HOPPER_MODULES:
         import hashlib
-        import tempfile
         from cupy._core.core import assemble_cupy_compiler_options
         from cupy_backends.cuda.libs import nvrtc
-        src = _source("flash_hopper.cu")
+        src = _source("flash_hopper.cu") + extra
         opts = assemble_cupy_compiler_options(
-            ("-std=c++17", f"-D{_MACRO[precision]}", "--use_fast_math", "-arch=sm_90a")
-            + tuple(f"-D{d}" for d in defines))
-        prog = nvrtc.createProgram(src, "flash_hopper.cu", (), ())
-        try:
+            ("-std=c++17", f"-D{_MACRO[precision]}", "--use_fast_math", "-arch=sm_90a"))
+        tag = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
+        cache = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser(os.path.join("~", ".cupy", "kernel_cache"))
+        path = os.path.join(cache, f"bytemodel_flash_hopper_{tag}.cubin")
+        if not os.path.exists(path):
+            prog = nvrtc.createProgram(src, "flash_hopper.cu", (), ())
             try:
-                nvrtc.compileProgram(prog, opts)
-            except nvrtc.NVRTCError as e:
-                raise RuntimeError(f"flash_hopper.cu did not compile: {e}\n{nvrtc.getProgramLog(prog)}") from None
-            cubin = nvrtc.getCUBIN(prog)
-        finally:
-            nvrtc.destroyProgram(prog)
-        tag = hashlib.sha256(cubin).hexdigest()[:16]
-        with tempfile.TemporaryDirectory() as d:   # RawModule loads a cubin from a file
-            path = os.path.join(d, f"flash_hopper_{tag}.cubin")
-            with open(path, "wb") as f:
+                try:
+                    nvrtc.compileProgram(prog, opts)
+                except nvrtc.NVRTCError as e:
+                    raise RuntimeError(f"flash_hopper.cu did not compile: {e}\n{nvrtc.getProgramLog(prog)}") from None
+                cubin = nvrtc.getCUBIN(prog)
+            finally:
+                nvrtc.destroyProgram(prog)
+            os.makedirs(cache, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
                 f.write(cubin)
-            mod = cp.RawModule(path=path)
-            mod.get_function(FLASH_FWD_HOPPER[64])   # loads the module now, before the file goes
-            _HOPPER_MODULES[key] = mod
+            os.replace(tmp, path)
+        mod = cp.RawModule(path=path)
+        mod.get_function(FLASH_FWD_HOPPER[64])   # loads the module now
+        _HOPPER_MODULES[key] = mod
     return _HOPPER_MODULES[key]
 
 
