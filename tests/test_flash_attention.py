@@ -220,3 +220,23 @@ def test_forward_on_both_paths(precision, D, hopper, T, S):
     assert float(np.max(np.abs(host(lse) - l_ref))) < 2e-4 * f
     from bytemodel.ops.cuda_ops import FLASH_FWD_HOPPER
     assert (("flash_hopper.cu", FLASH_FWD_HOPPER[D]) in ops._fns) == hopper
+
+
+def test_hopper_forward_falls_back_to_fa2(monkeypatch, capsys):
+    """Where the sm_90a module cannot be built (an NVRTC or CuPy without what it uses), the
+    forward says so once and runs FlashAttention-2, with the same results."""
+    from bytemodel.ops import cuda_ops
+    if not hopper_gpu():
+        pytest.skip("the wgmma forward needs compute capability 9.x")
+
+    def broken(*a, **k):
+        raise RuntimeError("flash_hopper.cu did not compile: (planted)")
+    monkeypatch.setattr(cuda_ops, "_hopper_module", broken)
+    ops = cuda_ops.CudaBackend("fp16", hopper=True)
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 100, 64)).astype(np.float16) for _ in range(3))
+    out, _ = ops.attention_forward(cp.asarray(q), cp.asarray(k), cp.asarray(v))
+    o_ref, _ = ref.attention_forward(*(x.astype(np.float64) for x in (q, k, v)))
+    assert rel(host(out), o_ref) < 4e-3
+    assert ops.hopper is False
+    assert "Hopper attention forward is unavailable" in capsys.readouterr().err

@@ -611,8 +611,20 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
+        hop = None
         if self.hopper and dr is None and D in FLASH_FWD_HOPPER:
-            fn, (BM, BN, stages) = self._hopper_kernel(D)
+            try:
+                hop = self._hopper_kernel(D)
+            except (ImportError, AttributeError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:
+                # a CuPy without the NVRTC entry points used, or an NVRTC that cannot build sm_90a:
+                # FA2's forward (the same contract), said once
+                import sys
+                why = (str(e).splitlines() or [type(e).__name__])[0][:200]
+                print(f"warning: the Hopper attention forward is unavailable ({why}); "
+                      "using FlashAttention-2", file=sys.stderr)
+                self.hopper = False
+        if hop is not None:
+            fn, (BM, BN, stages) = hop
             smem, threads = (BM * D + 2 * stages * BN * D) * 2 + 1024, 2 * BM   # + the 1024-byte alignment
         else:
             fn, (BM, BN) = self._flash_kernel("fwd", D, dr is not None)
