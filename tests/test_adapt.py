@@ -73,7 +73,7 @@ from bytemodel.compress.adapt import Fresh, settings
 lm = Fresh("tiny", d_model=32, n_layers=2, n_heads=2, d_ff=64)
 mode, src, dst, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 data = open(src, 'rb').read()
-out = (bmz.compress(lm, data, adapt=settings(lm, segment=8), streams=4, lane=1, workers=workers) if mode == 'c'
+out = (bmz.compress(lm, data, adapt=settings(lm, segment=8, stride=2), streams=4, lane=1, workers=workers) if mode == 'c'
        else bmz.decompress(lm, data, workers=workers))
 open(dst, 'wb').write(out)
 """
@@ -89,7 +89,7 @@ def _child(mode, src, dst, workers, blas):
 
 def test_same_bytes_across_threads_and_processes(fresh, tmp_path):
     data = TEXT[:600]
-    a = settings(fresh, segment=8)
+    a = settings(fresh, segment=8, stride=2)                    # lanes of one stream: half of them idle each update
     one = bmz.compress(fresh, data, adapt=a, streams=4, lane=1, workers=1)     # 4 lanes on one thread
     two = bmz.compress(fresh, data, adapt=a, streams=4, lane=1, workers=2)     # the same lanes on two
     assert one == two
@@ -115,6 +115,7 @@ def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
         bmz.decompress(lm, bmz.compress(fresh, data[:100], adapt=settings(fresh)))
     lie = bmz.read(blob)
     for edit in (lambda h: h["adapt"].update(segment=0), lambda h: h["adapt"].update(optimizer="lion"),
+                 lambda h: h["adapt"].update(stride=0), lambda h: h["adapt"].update(stride=True),
                  lambda h: h["adapt"].update(extra=1), lambda h: h["layout"].update(engine="lockstep", reread=3)):
         h = {**lie[0], "adapt": dict(lie[0]["adapt"]), "layout": dict(lie[0]["layout"])}
         edit(h)
@@ -135,6 +136,62 @@ def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
                  stats=learnt)                                 # the weights' updates can lower its bits
     bmz.compress(lm, data, streams=2, engine="lockstep", stats=static)
     assert learnt["model_bits"] < static["model_bits"]          # the updates reached the steppers
+
+
+def test_an_update_trains_one_stream_in_stride_in_turn(fresh):
+    from bytemodel.compress.adapt import Adapter
+    ad = Adapter(fresh.model, [fresh.model], [(0, 3), (3, 6)], [10] * 6, Adapt(stride=3), 256)
+    got = []
+    for u in range(4):
+        ad.updates = u
+        got.append([ad._rows(0, 3).tolist(), ad._rows(3, 6).tolist()])
+    assert got == [[[0], [3]], [[1], [4]], [[2], [5]], [[0], [3]]]     # s % 3 == update % 3, in each lane
+    assert Adapter(fresh.model, [fresh.model], [(0, 6)], [10] * 6, Adapt(), 256)._rows(0, 6).tolist() == list(range(6))
+
+
+def test_stride_round_trips_and_is_in_the_container(fresh):
+    data = TEXT[:600]
+    every = bmz.compress(fresh, data, adapt=settings(fresh, segment=8, stride=1), streams=4, lane=2)
+    some = bmz.compress(fresh, data, adapt=settings(fresh, segment=8, stride=3), streams=4, lane=2)
+    assert every != some                                        # the updates saw other streams: other weights
+    assert bmz.read(some)[0]["adapt"]["stride"] == 3 and bmz.decompress(fresh, some) == data
+    h, payload = bmz.read(some)
+    with pytest.raises(CompressError):                          # decoded with the other stride: not the file
+        bmz.decompress(fresh, bmz._pack({**h, "adapt": {**h["adapt"], "stride": 1}}, payload))
+    wide = bmz.compress(fresh, data, adapt=settings(fresh, segment=8, stride=5), streams=2)
+    assert bmz.decompress(fresh, wide) == data                  # more stride than streams: some updates train none
+    assert settings(fresh).stride == 8 and settings(fresh, stride=2).stride == 2
+    with pytest.raises(ConfigError):
+        Adapt(stride=0)
+
+
+def test_a_file_from_before_the_stride_still_decodes():
+    # tests/fixtures/adapt_v1.txt.bmz: made by `bmz.compress(Fresh("tiny"), text, adapt=settings(lm),
+    # streams=2)` at d44a593 (before the stride field and the mixer's thread; its header has no "stride")
+    blob = (ROOT / "tests/fixtures/adapt_v1.txt.bmz").read_bytes()
+    h = bmz.read(blob)[0]
+    assert "stride" not in h["adapt"] and h["adapt"]["mix"] == "ctx2"
+    lm = Fresh("tiny")
+    here = lm.model.ops.describe()
+    if {k: h["backend"].get(k) for k in here} != here:          # the float bits are NumPy's and BLAS's
+        pytest.skip(f"the fixture was made with {h['backend']}; this machine has {here}")
+    assert bmz.decompress(lm, blob) == (ROOT / "tests/fixtures/adapt_v1.txt").read_bytes()
+
+
+def test_the_mixer_thread_changes_no_bit(fresh, monkeypatch):
+    from bytemodel.compress import driver
+    data = TEXT[:500]
+    a = settings(fresh, segment=8, stride=2)
+    side = bmz.compress(fresh, data, adapt=a, streams=3, lane=2)
+    monkeypatch.setattr(driver, "MIXER_THREAD", False)          # the mixer in turn on the calling thread
+    assert bmz.compress(fresh, data, adapt=a, streams=3, lane=2) == side
+    assert bmz.decompress(fresh, side) == data
+    for mix in ("ctx1", "ctx2"):                                # both mixers split their prediction alike
+        b = settings(fresh, segment=8, mix=mix)
+        turn = bmz.compress(fresh, data, adapt=b, streams=3)
+        monkeypatch.setattr(driver, "MIXER_THREAD", True)
+        assert bmz.compress(fresh, data, adapt=b, streams=3) == turn
+        monkeypatch.setattr(driver, "MIXER_THREAD", False)
 
 
 def test_another_backend_is_refused(run_dir):
@@ -169,8 +226,12 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     f = tmp_path / "t.txt"
     f.write_bytes(TEXT[:300])
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-segment", 8])
-    assert code == 0 and "adapting, adamw lr 0.002 every 8 tokens from preset tiny, mixed with the file's counts" in out, out
+    assert code == 0 and ("adapting, adamw lr 0.002 every 8 tokens on 1 stream in 8 from preset tiny, mixed with "
+                          "the file's counts") in out, out
     assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx2"
+    code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-stride", 1, "-o", tmp_path / "s.bmz"])
+    assert code == 0 and "every 32 tokens from preset tiny" in out, out
+    assert bmz.read((tmp_path / "s.bmz").read_bytes())[0]["adapt"]["stride"] == 1
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-mix", "none", "-o", tmp_path / "n.bmz"])
     assert code == 0 and "the network alone" in out, out
     assert bmz.read((tmp_path / "n.bmz").read_bytes())[0]["adapt"]["mix"] == "none"
@@ -182,7 +243,7 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     assert code != 0 and _one_error_line(out) and not (tmp_path / "w").exists(), out
     for bad in (["--preset", "tiny"], ["--adapt", "--device", "cuda"], ["--adapt", "--preset", "huge"],
                 ["--adapt", "--preset", "tiny", "-c", run_dir], ["--adapt", "--preset", "tiny", "--adapt-mix", "ctx9"],
-                ["--adapt-mix", "none"]):
+                ["--adapt-mix", "none"], ["--adapt", "--preset", "tiny", "--adapt-stride", 0], ["--adapt-stride", 2]):
         code, out = _cli(["compress", tmp_path / "orig.txt", "-o", tmp_path / "x.bmz", *bad])
         assert code != 0 and _one_error_line(out) and not (tmp_path / "x.bmz").exists(), (bad, out)
     code, out = _cli(["score", tmp_path / "orig.txt", "--adapt", "--preset", "tiny"])

@@ -21,23 +21,25 @@ def _run_reader(lm) -> str:
     return (data.reader if data is not None else None) or ""
 
 
-def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None):
+def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None, stride=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
     from ..compress.adapt import Fresh, settings
-    if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None):
+    if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None
+                      or stride is not None):
         raise ConfigError("--preset and --adapt-* need --adapt")
     if preset and checkpoint is not None:
         raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
     lm = Fresh(preset, device) if preset else load(checkpoint, device=device, precision=precision)
     if not adapt:
         return lm, None
-    return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix)
+    return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix, stride=stride)
 
 
 def _adapt_words(a) -> str:
     mixed = f"mixed with the file's counts ({a.mix})" if a.mix != "none" else "the network alone"
-    return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens from {a.start.replace(':', ' ')}, {mixed}"
+    some = f" on 1 stream in {a.stride}" if a.stride > 1 else ""
+    return f"{a.optimizer} lr {a.lr:g} every {a.segment} tokens{some} from {a.start.replace(':', ' ')}, {mixed}"
 
 
 def _file_reader(lm, file: Path):
@@ -81,6 +83,9 @@ def compress(
     adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx2 (default): the network mixed with "
                                             "counts of the file's own contexts and matches; ctx1: the first such mixer; "
                                             "none: the network alone."),
+    adapt_stride: Optional[int] = typer.Option(None, "--adapt-stride", help="An update trains 1 stream in N "
+                                               "(in turn), at 1/N of the cost (default: 8 from a fresh "
+                                               "model, 1 from a checkpoint)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):
@@ -103,7 +108,7 @@ def compress(
         _check_out(target, force)
         data = regular_file(file, "input").read_bytes()
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, adapt_lr, adapt_segment,
-                                        adapt_optimizer, adapt_mix)
+                                        adapt_optimizer, adapt_mix, adapt_stride)
         stats: dict = {}
         blob = api_compress(lm, data, streams=streams, window=window, reread=reread, workers=workers or None,
                             stats=stats, reader=_file_reader(lm, file), content=content, adapt=settings)

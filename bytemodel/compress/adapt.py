@@ -46,6 +46,8 @@ OPTIMIZERS = ("adamw", "sgd")
 MIX = "ctx2"                   # compress/mix2.NAME: the mixer of new files
 MIXES = ("none", "ctx1", MIX)   # ctx1 (compress/mix.py): files from before ctx2 still decode
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
+STRIDE_FRESH = 8               # a fresh model's updates train every 8th stream: 1/8 of the cost, and no larger
+                               # (benchmarks/README.md, "Fewer streams per update")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Adapt:
     lookback: int = 8           # context tokens before each segment in a training sequence (not targets)
     start: str = "checkpoint"   # or "preset:NAME" (a fresh model of that preset, seed FRESH_SEED)
     mix: str = MIX              # the network mixed with the file's counts (compress/mix2.py), ctx1, or "none"
+    stride: int = 1             # an update trains every stride-th stream (phase: the update's number mod stride)
 
     def __post_init__(self):
         check(self)
@@ -74,6 +77,8 @@ class Adapt:
     def from_header(cls, d) -> "Adapt":
         if isinstance(d, dict) and "mix" not in d:
             d = {**d, "mix": "none"}          # files from before the mixer: the network alone
+        if isinstance(d, dict) and "stride" not in d:
+            d = {**d, "stride": 1}            # files from before the stride: every stream trains
         if not isinstance(d, dict) or set(d) != set(cls.__dataclass_fields__):
             raise ValueError("unknown adaptation settings")
         try:
@@ -86,10 +91,10 @@ def check(a: Adapt) -> None:
     def num(v, lo=0.0, hi=math.inf, name=""):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or not math.isfinite(v):
             raise ConfigError(f"adapt {name} must be a number in [{lo}, {hi}], got {v!r}")
-    for name in ("segment", "lookback"):
-        v = getattr(a, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "segment" else 0) or v > 4096:
-            raise ConfigError(f"adapt {name} must be an integer in [{1 if name == 'segment' else 0}, 4096], got {v!r}")
+    for name in ("segment", "lookback", "stride"):
+        v, lo = getattr(a, name), 0 if name == "lookback" else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > 4096:
+            raise ConfigError(f"adapt {name} must be an integer in [{lo}, 4096], got {v!r}")
     num(a.lr, 0.0, 1.0, "lr")
     num(a.beta1, 0.0, 0.9999, "beta1")
     num(a.beta2, 0.0, 0.99999, "beta2")
@@ -104,12 +109,13 @@ def check(a: Adapt) -> None:
         raise ConfigError(f"adapt start must be 'checkpoint' or 'preset:NAME', got {a.start!r}")
 
 
-def settings(lm, segment=None, lr=None, optimizer=None, lookback=None, mix=None) -> Adapt:
-    """The settings for a model: a fresh one (lm.fresh_preset set) learns fast, a trained one gently."""
+def settings(lm, segment=None, lr=None, optimizer=None, lookback=None, mix=None, stride=None) -> Adapt:
+    """The settings for a model: a fresh one (lm.fresh_preset set) learns fast on every STRIDE_FRESH-th
+    stream, a trained one gently on every stream."""
     fresh = getattr(lm, "fresh_preset", None)
-    base = dict(lr=2e-3, start=f"preset:{fresh}") if fresh else {}
-    given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback, mix=mix).items()
-             if v is not None}
+    base = dict(lr=2e-3, start=f"preset:{fresh}", stride=STRIDE_FRESH) if fresh else {}
+    given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback, mix=mix,
+                                   stride=stride).items() if v is not None}
     return Adapt(**{**base, **given})
 
 
@@ -142,17 +148,26 @@ class Adapter:
         return (t + 1) % self.a.segment == 0 and t + 1 < self.steps
 
     def _lane(self, i: int, w: int, c0: int, c1: int, first: int, n_total: int) -> None:
-        a, b = self.bounds[i]
+        rows = self._rows(*self.bounds[i])
+        if not len(rows):                              # none of this lane's streams trains this time
+            self.grads[i][...] = 0
+            return
         rep = self.replicas[w]
-        x = np.ascontiguousarray(self.hist[a:b, c0:c1 - 1], dtype=np.int64)       # (lane, T) inputs
-        y = np.ascontiguousarray(self.hist[a:b, c0 + 1:c1], dtype=np.int64)       # (lane, T) targets
+        x = np.ascontiguousarray(self.hist[rows, c0:c1 - 1], dtype=np.int64)      # (B, T) inputs
+        y = np.ascontiguousarray(self.hist[rows, c0 + 1:c1], dtype=np.int64)      # (B, T) targets
         steps = np.arange(c0, c1 - 1)                                              # the step of each target
-        mask = ((steps[None, :] >= first) & (steps[None, :] < self.lengths[a:b, None])).astype(np.float32)
+        mask = ((steps[None, :] >= first) & (steps[None, :] < self.lengths[rows, None])).astype(np.float32)
         rep.grads[...] = 0
         o = rep.ops
         rep.forward(o.asarray(x), o.asarray(y), mask)
         rep.backward(o.asarray(np.full(x.size, 1.0 / n_total, dtype=np.float32)))
         self.grads[i][...] = rep.grads
+
+    def _rows(self, a: int, b: int) -> np.ndarray:
+        """The streams of a..b that this update trains: those s with s % stride == updates % stride."""
+        rows = np.arange(a, b)
+        k = self.a.stride
+        return rows if k == 1 else rows[rows % k == self.updates % k]
 
     def update(self, t: int, run) -> None:
         """One optimizer step on the segment that ended at step t. run(fn): call fn(i, w) for every
@@ -160,7 +175,10 @@ class Adapter:
         a = self.a
         first = t + 1 - a.segment                     # the segment's first step
         c0, c1 = max(0, first - a.lookback), t + 2    # hist columns: inputs c0..t, targets c0+1..t+1
-        n_total = int(np.clip(self.lengths - first, 0, a.segment).sum())
+        n_total = int(np.clip(self.lengths[self._rows(0, len(self.lengths))] - first, 0, a.segment).sum())
+        if n_total == 0:                              # fewer streams than the stride: none trains this time
+            self.updates += 1
+            return
         run(lambda i, w: self._lane(i, w, c0, c1, first, n_total))
         g = self.model.grads
         g[...] = self.grads[0]

@@ -154,6 +154,11 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 logp[a:b] = log_probs(ops.to_numpy(lg[:, :V]))
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
+    # the mixer's own work (its update after a step, and the next step's prediction but for the
+    # network's part) runs on a thread of its own while the lanes compute that next step: the same
+    # calls in the same order on its data, so the same bits as in turn (mixer_thread: see MIXER_THREAD)
+    side = ThreadPoolExecutor(1) if mixer is not None and MIXER_THREAD else None
+    pending = None
     limiter = _blas_one_thread() if cpu else None
     start = model.params.copy() if adapter is not None else None    # adaptation leaves the model as it found it
     try:
@@ -161,19 +166,27 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             limiter.__enter__()
         steps = int(lengths[0])
         for t in range(steps):
+            active = int(np.count_nonzero(lengths > t))
+            if side is not None and t == 0:
+                pending = side.submit(mixer.prepare, 0, active)
             if pool is None:
                 run_lanes(0)
             else:
                 for f in [pool.submit(run_lanes, w) for w in range(n_workers)]:
                     f.result()
-            active = int(np.count_nonzero(lengths > t))
             if mixer is not None:
+                if pending is not None:
+                    pending.result()
                 _mixed(mixer, t, active, net, freqs, logp, A)
             got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
             feed[:active] = got
             feed[active:] = 0
             if mixer is not None:
-                mixer.update(t, active, got)
+                if side is None:
+                    mixer.update(t, active, got)
+                else:                              # the next step's lanes (and any update) run meanwhile
+                    nxt = int(np.count_nonzero(lengths > t + 1)) if t + 1 < steps else 0
+                    pending = side.submit(_mixer_step, mixer, t, active, np.array(got, copy=True), nxt)
             if adapter is not None:
                 adapter.record(t, active, got)
                 if adapter.due(t):
@@ -189,6 +202,8 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             if progress is not None:
                 progress(active)
     finally:
+        if side is not None:
+            side.shutdown()                     # (waits for its last step)
         if start is not None:
             model.params[...] = start
         if limiter is not None:
@@ -215,6 +230,16 @@ def _device_steppers(model, bounds, window: int, steps: int, A: int):
     xp, weights = model.xp, model.weights()
     return [LockstepGraph(model, b - a, window, steps, lambda lg: quantise(lg, A, xp), A, weights)
             for a, b in bounds]
+
+
+MIXER_THREAD = True     # the mixer's work beside the lanes' (False: in turn on the calling thread; same bits)
+
+
+def _mixer_step(mixer, t: int, active: int, got, nxt: int) -> None:
+    """The mixer learns step t's tokens, then prepares step t + 1 (nxt active streams; 0: none)."""
+    mixer.update(t, active, got)
+    if nxt:
+        mixer.prepare(t + 1, nxt)
 
 
 def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:

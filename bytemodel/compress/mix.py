@@ -100,7 +100,7 @@ class ContextMix:
         self.mtab = np.full(1 << MATCH_BITS, -1, dtype=np.int64)   # hash -> flat index into hist
         self.mptr = np.full(S, -1, dtype=np.int64)
         self.mlen = np.zeros(S, dtype=np.int64)
-        self._step = None
+        self._step = self._ready = None
 
     def _key(self, t: int, active: int, ctx, salt: int):
         """Each active stream's context `ctx` before step t (tokens before a stream's start: A): its
@@ -140,11 +140,11 @@ class ContextMix:
         pred = np.where(has, self.hist.reshape(-1)[np.maximum(ptr, 0)], -1)
         return pred, has, np.minimum(self.mlen[:active], MAX_LEN)
 
-    def predict(self, t: int, active: int, net) -> np.ndarray:
-        """net (active, A) float64: the network's log-probabilities -> the mix's logits (active, A)."""
+    def prepare(self, t: int, active: int) -> None:
+        """The part of step t's prediction that the network's does not enter (predict does it if not
+        done): callable while the network computes, on another thread (the driver does)."""
         A = self.A
         X = np.empty((active, self.M, A))
-        X[:, 0] = net
         X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
         rows = np.empty((active, self.K), dtype=np.int64)
         for i in range(self.K):
@@ -158,8 +158,16 @@ class ContextMix:
         n_top = np.where(order > 0, counts[np.arange(active), np.maximum(order - 1, 0)], 0.0)
         bucket = np.minimum(np.log2(n_top + 1).astype(np.int64) // 2, N_BUCKETS - 1)
         sel = order * N_BUCKETS + bucket
+        self._ready = (t, active, X, rows, sel, self._match(active))
+
+    def predict(self, t: int, active: int, net) -> np.ndarray:
+        """net (active, A) float64: the network's log-probabilities -> the mix's logits (active, A)."""
+        if self._ready is None or self._ready[:2] != (t, active):
+            self.prepare(t, active)
+        _, _, X, rows, sel, (pred, has, lb) = self._ready
+        self._ready = None
+        X[:, 0] = net
         z = np.einsum("sm,sma->sa", self.W[sel], X)
-        pred, has, lb = self._match(active)
         hs = np.flatnonzero(has)
         z[hs, pred[hs]] += self.wm[lb[hs]]
         self._step = (t, active, X, rows, sel, pred, has, lb, z)
@@ -181,7 +189,7 @@ class ContextMix:
         r = rows.reshape(-1)
         self._count(r, np.repeat(sym, self.K), LIMIT)
         self._advance(t, active, sym, pred, has)
-        self._step = None
+        self._step = self._ready = None
 
     def _count(self, r, sym, limit: int) -> None:
         """Add one to the cells (r, sym) (flat rows, repeats add up); halve a row whose total passes limit."""

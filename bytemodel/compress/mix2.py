@@ -71,11 +71,12 @@ class ContextMix2(ContextMix):
         self.Wc = np.zeros((K, 2 * CONF_BUCKETS))                 # each context's weight by its class
         self.V = np.full((self.CHAIN + 1, SETS), 1.0 / SETS)     # the final layer, by order
 
-    def predict(self, t: int, active: int, net) -> np.ndarray:
+    def prepare(self, t: int, active: int) -> None:
+        """The part of step t's prediction that the network's does not enter (predict does it if not
+        done): callable while the network computes, on another thread."""
         A, K, C = self.A, self.K, self.CHAIN
         s = np.arange(active)
         X = np.empty((active, self.M, A))
-        X[:, 0] = net
         X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
         rows = np.empty((active, K), dtype=np.int64)
         chk = np.zeros((active, K), dtype=np.uint16)
@@ -103,10 +104,17 @@ class ContextMix2(ContextMix):
         cls = 2 * nb + ((cnt.max(axis=2) == counts) & (counts > 0))   # (active, K)
         W = self.Ws[sel]                                               # (active, SETS, M)
         W[:, :, 2:] += self.Wc[np.arange(K), cls][:, None, :]
+        self._ready = (t, active, X, rows, chk, bad, sel, cls, order, W, self._match(active))
+
+    def predict(self, t: int, active: int, net) -> np.ndarray:
+        if self._ready is None or self._ready[:2] != (t, active):
+            self.prepare(t, active)
+        _, _, X, rows, chk, bad, sel, cls, order, W, (pred, has, lb) = self._ready
+        self._ready = None
+        X[:, 0] = net
         zs = np.einsum("skm,sma->ska", W, X)                           # (active, SETS, A)
         v = self.V[order]                                              # (active, SETS)
         z = v[:, 0, None] * zs[:, 0] + v[:, 1, None] * zs[:, 1]
-        pred, has, lb = self._match(active)
         hs = np.flatnonzero(has)
         z[hs, pred[hs]] += self.wm[lb[hs]]
         self._step = (t, active, X, rows, chk, bad, sel, cls, order, zs, pred, has, lb, z)
@@ -139,7 +147,7 @@ class ContextMix2(ContextMix):
         mine = self.check[r] == c
         self._count(r[mine], np.repeat(sym, self.K)[mine], LIMIT)
         self._advance(t, active, sym, pred, has)
-        self._step = None
+        self._step = self._ready = None
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
