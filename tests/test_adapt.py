@@ -109,6 +109,7 @@ def test_from_a_checkpoint_and_the_refusals(run_dir, fresh, tmp_path):
     data = b"ACGTTGCAAGGT" * 20 + b"a different tail " * 5
     blob = bmz.compress(lm, data, adapt=a, streams=2)
     assert bmz.decompress(lm, blob) == data
+    assert bmz.read(blob)[0]["layout"]["window"] == 32 and a.stride == 1   # a checkpoint: the CPU's defaults
     with pytest.raises(CompressError, match="adapted from checkpoint"):
         bmz.decompress(fresh, blob)                             # a fresh model is not the checkpoint
     with pytest.raises(CompressError, match="preset tiny"):
@@ -161,6 +162,8 @@ def test_stride_round_trips_and_is_in_the_container(fresh):
     wide = bmz.compress(fresh, data, adapt=settings(fresh, segment=8, stride=5), streams=2)
     assert bmz.decompress(fresh, wide) == data                  # more stride than streams: some updates train none
     assert settings(fresh).stride == 8 and settings(fresh, stride=2).stride == 2
+    lay = bmz.read(bmz.compress(fresh, data[:100], adapt=settings(fresh), streams=4))[0]["layout"]
+    assert (lay["window"], lay["lane"]) == (16, 4)              # a fresh start's layout: layout.FRESH_WINDOW, one lane
     with pytest.raises(ConfigError):
         Adapt(stride=0)
 

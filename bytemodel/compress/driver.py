@@ -73,7 +73,8 @@ from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softma
 from .adapt import Adapt, Adapter, check_gpu, check_start
 from .mix2 import mixer as make_mixer
 from .view import plan, rebuild
-from .layout import (CPU_WINDOW, ENGINES, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams, default_lane, default_streams,
+from .layout import (CPU_MAX_LANE, CPU_WINDOW, ENGINES, FRESH_WINDOW, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams,
+                     default_lane, default_streams,
                      default_window, groups as _groups, split, starts as _starts)
 
 
@@ -315,7 +316,8 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     (one optimizer step after every segment, repeated by the decoder); its settings go in the header.
 
     streams, window, lane: the stream layout (default: default_streams; the window CPU_WINDOW on
-    the cpu engine, else default_window; default_lane). engine: "cpu" (the default on the CPU:
+    the cpu engine, else default_window; default_lane; --adapt from a fresh model on the CPU:
+    adapt_streams, FRESH_WINDOW, one lane). engine: "cpu" (the default on the CPU:
     cpu_engine.CpuLockstep) or "lockstep" (any backend, the default elsewhere). reread: 0 slides
     the window (the default but for the lockstep engine on the CPU), k > 0 re-reads the newest k
     tokens when the window is full (the lockstep engine: only k = window/2, its default on the
@@ -334,6 +336,10 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     data = view.data
     model, tok = lm.model, lm.tokenizer
     device = model.ops.describe()["device"]
+    # a fresh model under --adapt on the CPU: a shorter window and one lane (layout.FRESH_WINDOW)
+    fresh = adapt is not None and adapt.start != "checkpoint" and device == "cpu" and engine in (None, "cpu")
+    if fresh and window is None and reread is None:
+        window = min(FRESH_WINDOW, model.cfg.context)
     engine, W, rr = _engine_window(device, model.cfg.context, engine, window, reread)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
@@ -341,7 +347,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     if S < 0 or (n and S < 1):
         raise ConfigError(f"streams must be at least 1, got {S}")
     S = min(S, n)                                  # never an empty stream
-    ln = default_lane(S, device, workers or _cores()) if lane is None else int(lane)
+    ln = (max(1, min(S, CPU_MAX_LANE)) if fresh else default_lane(S, device, workers or _cores())) if lane is None else int(lane)
     if ln < 1:
         raise ConfigError(f"lane must be at least 1, got {ln}")
     ln = min(ln, max(S, 1))

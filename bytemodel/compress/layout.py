@@ -9,6 +9,9 @@ MIN_STREAM = 4               # default layout: at least this many windows of tok
 CPU_MAX_LANE = 256           # streams per lane on the CPU (benchmarks/README.md: wider lanes spread each NumPy call)
 CPU_MAX_STREAMS = 512
 CPU_WINDOW = 32              # the CPU engine's default window (sliding): the attention reads the cache, so cost grows with it
+FRESH_WINDOW = 16            # --adapt from a fresh model on the CPU: its window, in one lane (the mixer's thread takes
+                             # the other core): a fresh network learns little long context, and the step costs
+                             # 23% less than at 32 (benchmarks/README.md, "Fewer streams per update")
 ENGINES = ("cpu", "lockstep")  # what computes the probabilities: cpu_engine.CpuLockstep or lockstep.Lockstep
 GPU_MAX_STREAMS = 8192
 LOCKSTEP_REREAD = 0          # the lockstep engine's default off the CPU: slide the window (no re-read passes)
