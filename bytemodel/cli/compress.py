@@ -63,7 +63,7 @@ def compress(
     streams: Optional[int] = typer.Option(None, "--streams",
                                           help="Streams coded side by side (default: from the size and device)."),
     window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: 32 on the "
-                                         "CPU, at most 256 on a GPU)."),
+                                         "CPU, 16 with --adapt --preset, at most 256 on a GPU)."),
     reread: Optional[int] = typer.Option(None, "--reread", help="0 slides the window (the default); K re-reads "
                                          "the newest K tokens when it is full (on a GPU: 0 or K = window/2, as generation)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),

@@ -11,7 +11,9 @@ from the run's weights (or a seeded fresh model: `fresh`), so the encoder and th
 same weights at every token. A training sequence per stream is its last `segment` tokens (the
 targets) after `lookback` tokens of context (inputs only) and the token before the segment
 (<doc> at a stream's start); a stream that has ended counts for nothing (mask 0). The objective is
-the mean next-token loss over every counted target of every stream.
+the mean next-token loss over every counted target of every trained stream: with `stride` k > 1,
+update u trains only the streams s with s % k == u % k (1/k of the cost: a step costs by the
+tokens it trains on, not by its number; a fresh start's default is STRIDE_FRESH).
 
 Determinism (bit-identical across thread counts and processes): the partition of every reduction
 is fixed by the stream layout, never by the thread count. Each lane (a fixed, contiguous group of

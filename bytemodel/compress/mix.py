@@ -31,8 +31,9 @@ Memory: the counts, at most 2^15 rows (a power of two near a quarter of the toke
 per hashed context (about 150 MB for bytes, from 128 KB of tokens up; MAX_CELLS bounds large
 alphabets), plus 4 bytes per token of history and a 2 MB match table.
 
-Determinism: integer counts, float64 arithmetic in a fixed order on the calling thread, the same
-calls on both sides of the coder. The constants are part of the format: the container names the
+Determinism: integer counts, float64 arithmetic in a fixed order on one thread at a time (the
+driver's mixer thread: `prepare` for the next step after `update`, beside the network's forward
+pass), the same calls on both sides of the coder. The constants are part of the format: the container names the
 mixer (NAME); change any of them and NAME must change too. New files use ctx2 (compress/mix2.py,
 a subclass of this one); ctx1 stays as it is, so the files that name it decode.
 """
