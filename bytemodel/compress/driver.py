@@ -138,28 +138,22 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
 
-    def run_lanes(w):
-        for i in mine[w]:
-            a, b = bounds[i]
-            lg = steppers[i].push(feed[a:b])                                   # (lane, V') device
-            if mixer is not None:                                              # on the host, float64
-                net[a:b] = log_probs(ops.to_numpy(lg[:, :A]))
-                continue
-            if engine == "cpu":
-                quants[i](lg, freqs[a:b])
-                if want_logp:
-                    log_softmax_into(lg[:, :V], logp[a:b])
-                continue
+    def run_lane(i, w):
+        a, b = bounds[i]
+        lg = steppers[i].push(feed[a:b])                                       # (lane, V') device
+        if mixer is not None:                                                  # on the host, float64
+            net[a:b] = log_probs(ops.to_numpy(lg[:, :A]))
+        elif engine == "cpu":
+            quants[i](lg, freqs[a:b])
+            if want_logp:
+                log_softmax_into(lg[:, :V], logp[a:b])
+        else:
             freqs[a:b] = ops.to_numpy(quantise(lg, A, xp).astype(xp.float32))
             if want_logp:
                 logp[a:b] = log_probs(ops.to_numpy(lg[:, :V]))
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
-    # the mixer's own work (its update after a step, and the next step's prediction but for the
-    # network's part) runs on a thread of its own while the lanes compute that next step: the same
-    # calls in the same order on its data, so the same bits as in turn (mixer_thread: see MIXER_THREAD)
-    side = ThreadPoolExecutor(1) if mixer is not None and MIXER_THREAD else None
-    pending = None
+    side = _MixerSide(mixer)
     limiter = _blas_one_thread() if cpu else None
     start = model.params.copy() if adapter is not None else None    # adaptation leaves the model as it found it
     try:
@@ -168,26 +162,17 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         steps = int(lengths[0])
         for t in range(steps):
             active = int(np.count_nonzero(lengths > t))
-            if side is not None and t == 0:
-                pending = side.submit(mixer.prepare, 0, active)
-            if pool is None:
-                run_lanes(0)
-            else:
-                for f in [pool.submit(run_lanes, w) for w in range(n_workers)]:
-                    f.result()
+            if t == 0:
+                side.begin(active)
+            _on_workers(pool, mine, run_lane)
             if mixer is not None:
-                if pending is not None:
-                    pending.result()
+                side.wait()
                 _mixed(mixer, t, active, net, freqs, logp, A)
             got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
             feed[:active] = got
             feed[active:] = 0
-            if mixer is not None:
-                if side is None:
-                    mixer.update(t, active, got)
-                else:                              # the next step's lanes (and any update) run meanwhile
-                    nxt = int(np.count_nonzero(lengths > t + 1)) if t + 1 < steps else 0
-                    pending = side.submit(_mixer_step, mixer, t, active, np.array(got, copy=True), nxt)
+            if mixer is not None:                  # (the next step's lanes, and any update, run meanwhile)
+                side.learn(t, active, got, int(np.count_nonzero(lengths > t + 1)) if t + 1 < steps else 0)
             if adapter is not None:
                 adapter.record(t, active, got)
                 if adapter.due(t):
@@ -203,8 +188,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             if progress is not None:
                 progress(active)
     finally:
-        if side is not None:
-            side.shutdown()                     # (waits for its last step)
+        side.close()
         if start is not None:
             model.params[...] = start
         if limiter is not None:
@@ -236,11 +220,41 @@ def _device_steppers(model, bounds, window: int, steps: int, A: int):
 MIXER_THREAD = True     # the mixer's work beside the lanes' (False: in turn on the calling thread; same bits)
 
 
-def _mixer_step(mixer, t: int, active: int, got, nxt: int) -> None:
-    """The mixer learns step t's tokens, then prepares step t + 1 (nxt active streams; 0: none)."""
-    mixer.update(t, active, got)
-    if nxt:
-        mixer.prepare(t + 1, nxt)
+class _MixerSide:
+    """The mixer's own work (its update after a step, and the next step's prediction but for the
+    network's part) on a thread of its own while the lanes compute that next step (MIXER_THREAD),
+    else in turn: the same calls in the same order on the mixer's data, so the same bits."""
+
+    def __init__(self, mixer):
+        self.mixer, self.pending = mixer, None
+        self.pool = ThreadPoolExecutor(1) if mixer is not None and MIXER_THREAD else None
+
+    def begin(self, active: int) -> None:
+        """Before step 0's lanes: prepare step 0 meanwhile."""
+        if self.pool is not None:
+            self.pending = self.pool.submit(self.mixer.prepare, 0, active)
+
+    def wait(self) -> None:
+        """Before predict: what was started is done (its errors raised here)."""
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
+
+    def learn(self, t: int, active: int, got, nxt: int) -> None:
+        """After step t: update on its tokens got, then prepare step t + 1 (nxt active streams; 0: none)."""
+        if self.pool is None:
+            self.mixer.update(t, active, got)
+        else:
+            self.pending = self.pool.submit(self._step, t, active, np.array(got, copy=True), nxt)
+
+    def _step(self, t: int, active: int, got, nxt: int) -> None:
+        self.mixer.update(t, active, got)
+        if nxt:
+            self.mixer.prepare(t + 1, nxt)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()           # (waits for its last step)
 
 
 def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
