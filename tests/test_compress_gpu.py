@@ -110,15 +110,15 @@ def test_graph_files_are_the_launched_files(tmp_path, monkeypatch):
     m.load_flat(m.ops.to_numpy(m.params) * 4)
     checkpoint.save(tmp_path / checkpoint.CKPT_NAME, cfg, Tokenizer(), m.params)
     data = bytes(np.random.default_rng(0).choice(list(b"ACGT\n"), 600))
+    made, orig = [], driver._device_steppers
+    monkeypatch.setattr(driver, "_device_steppers", lambda *a: made.append(orig(*a)) or made[-1])
     for precision in ("fp16", "bf16"):
         lm = bytemodel.load(tmp_path, device="cuda", precision=precision)
         opts = dict(window=8, streams=10)
         monkeypatch.setattr(driver, "GPU_GRAPH", False)
         launched = lm.compress(data, **opts)
         monkeypatch.setattr(driver, "GPU_GRAPH", True)
-        made = []
-        orig = driver._device_steppers
-        monkeypatch.setattr(driver, "_device_steppers", lambda *a: made.append(orig(*a)) or made[-1])
+        made.clear()
         graph = lm.compress(data, **opts)
         assert made and made[-1] is not None        # the graph path ran
         assert graph == launched

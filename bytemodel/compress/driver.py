@@ -197,7 +197,9 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
             pool.shutdown()
 
 
-GPU_GRAPH = False            # the sliding lockstep step as a CUDA graph on a GPU (ops/cuda_decode.LockstepGraph)
+GPU_GRAPH = True             # the sliding lockstep step as a CUDA graph on a GPU (ops/cuda_decode.LockstepGraph;
+                             # the same bytes as the launched step, tests/test_compress_gpu.py; H200, base fp16:
+                             # 400 KB 45 -> 241 KB/s compress, 10 MB 305 -> 392: benchmarks/README.md, issue 24)
 
 
 def _device_steppers(model, bounds, window: int, steps: int, A: int):
