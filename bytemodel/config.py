@@ -149,9 +149,10 @@ class TrainConfig:
                                # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
     patience: int = 5          # stop after this many validations without a new best; 0: never
-    schedule: str = "cosine"   # learning rate after the warmup: cosine to the plan's end, or plateau:
-                               # cosine, halved from the best weights at each validation plateau
-                               # (training/plateau.py); a checkpoint without it ran cosine
+    schedule: str = "plateau"  # learning rate after the warmup: plateau, the cosine halved from the best
+                               # weights at each validation plateau (training/plateau.py; benchmarks/
+                               # README.md, "The plateau schedule"), or cosine to the plan's end; a
+                               # checkpoint without it ran cosine
     dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
                                # bytes and device (training/autoconf.py)
     dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: 0 for a new run, a fine-tune keeps its parent's

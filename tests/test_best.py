@@ -17,7 +17,7 @@ from bytemodel.cli import app
 from bytemodel.errors import BytemodelError
 
 OVERFIT = dict(preset="tiny", context=32, batch_size=8, eval_every=10, eval_tokens=0, warmup=5, lr=1e-2,
-               workers=1, val_fraction=0.2, patience=3, plot=False, baseline=False,
+               workers=1, val_fraction=0.2, patience=3, plot=False, baseline=False, schedule="cosine",
                model={"d_model": 64, "n_layers": 2, "n_heads": 2, "d_ff": 128})
 
 

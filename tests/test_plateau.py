@@ -132,3 +132,15 @@ def test_the_setting_and_older_checkpoints(tmp_path, dna_file, fast_settings):
     ck.save(r.checkpoint, c.cfg, c.tokenizer, c.params, bad, c.m, c.v)
     with pytest.raises(CheckpointError, match="loop state is not valid .cuts"):
         bytemodel.train(None, tmp_path / "old", resume=True, steps=20)
+
+
+def test_the_default_is_the_plateau_schedule(tmp_path, dna_file):
+    """What a run without --schedule records (and so trains with); --schedule cosine is kept."""
+    from conftest import cli
+    for flags, want in (([], "plateau"), (["--schedule", "cosine"], "cosine")):
+        out = tmp_path / want
+        code, text = cli(["train", "--source", str(dna_file), "--preset", "tiny", "--d-model", "32", "--n-layers", "1",
+                          "--n-heads", "2", "--d-ff", "64", "--context", "32", "--batch-size", "4", "--steps", "3",
+                          "--eval-every", "3", "--no-baseline", "-q", "--workers", "1", "--out", str(out)] + flags)
+        assert code == 0, text
+        assert ck.load(out / ck.CKPT_NAME).train["config"]["schedule"] == want

@@ -39,8 +39,8 @@ def train(
     context: int = typer.Option(D.context, help="Window length in tokens (0: the preset's)."),
     lr: float = typer.Option(D.lr, help="Peak learning rate, warmup then cosine decay (0: the preset's; tiny 2e-3, small 1e-3, base 6e-4)."),
     warmup: int = typer.Option(D.warmup, help="Warmup steps (-1: the preset's; one not shorter than the run is scaled to a tenth of it, with a note)."),
-    patience: int = typer.Option(D.patience, help=f"Stop after this many validations without a new best (default {D.patience}; 0: never)."),
-    schedule: str = typer.Option(D.schedule, help="Learning rate after the warmup: cosine (decays to the planned end) or plateau (the same cosine, but at each plateau of validation the run goes back to its best weights and halves the rate, stopping by patience only once the rate is at its floor)."),
+    patience: int = typer.Option(D.patience, help=f"Stop after this many validations without a new best (default {D.patience}; 0: never); with the plateau schedule only once its rate is at the floor."),
+    schedule: str = typer.Option(D.schedule, help="Learning rate after the warmup: plateau (the default: cosine to the planned end, but at each plateau of validation the run goes back to its best weights and halves the rate, stopping by patience only once the rate is at its floor) or cosine (no cuts)."),
     minutes: float = typer.Option(D.minutes, help="Time budget: plan the steps to fit it, from the measured step time (0: use --steps)."),
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
     dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
