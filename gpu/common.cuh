@@ -92,3 +92,29 @@ __device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
 }
 
 __device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }
+
+#if HAS_MMA
+// ---- for the tensor-core kernels (flash_attn.cu, flash_hopper.cu): softmax constants, shared
+// memory addresses, cp.async (16 bytes, zero-filled when !valid) and its groups, two floats
+// packed into one register of act2_t
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void* s, const act_t* g, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+__device__ __forceinline__ u32 pack2(float a, float b) {
+    act2_t h = from_f2(a, b);
+    return *reinterpret_cast<u32*>(&h);
+}
+#endif

@@ -34,19 +34,12 @@
 
 #if HAS_MMA
 
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-
 __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
 }
 
 __device__ __forceinline__ void ldsm_x4(u32* r, const act_t* p) {
@@ -57,15 +50,6 @@ __device__ __forceinline__ void ldsm_x4(u32* r, const act_t* p) {
 __device__ __forceinline__ void ldsm_x4_t(u32* r, const act_t* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-
-__device__ __forceinline__ void cp_async16(act_t* s, const act_t* g, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
 }
 
 // the ordered dQ reduction's counters (CUTLASS's generic barrier: acquire load, then release by
@@ -83,11 +67,6 @@ __device__ __forceinline__ int ld_relaxed(const int* p) {
 __device__ __forceinline__ void red_release(int* p, int v) {
     asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ u32 pack2(float a, float b) {
-    act2_t h = from_f2(a, b);
-    return *reinterpret_cast<u32*>(&h);
 }
 
 // rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into smem (row stride SD);

@@ -34,9 +34,6 @@
 
 #if HAS_MMA
 
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-
 // the descriptors' byte offsets (leading, stride) for Q/K and V, as expressions of D. The advance
 // from one 16-wide step of the reduction to the next is the layout's own: 256 bytes for Q/K (two
 // core matrices), 32 D for V (16 keys = two groups of 8).
@@ -48,10 +45,6 @@
 #define SW1_V_S 1024
 
 typedef unsigned long long u64;
-
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
 
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets (each >> 4),
 // no swizzle, base offset 0.
@@ -74,20 +67,6 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 }
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void cp_async16(void* s, const act_t* g, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
-}
-
-__device__ __forceinline__ u32 pack2(float a, float b) {
-    act2_t h = from_f2(a, b);
-    return *reinterpret_cast<u32*>(&h);
 }
 
 // rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into the core-matrix layout at s;
