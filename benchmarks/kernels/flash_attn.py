@@ -102,8 +102,7 @@ def forward_versions(ops, D):
     vs = [("shipped", on_hopper)]
     if on_hopper:
         from bytemodel.ops import cuda_ops
-        from bytemodel.ops.cuda_ops import HOPPER_FWD_KERNELS
-        vs += [("fa2", False)] + [(v, True) for v, (d, *_) in HOPPER_FWD_KERNELS.items()
+        vs += [("fa2", False)] + [(v, True) for v, (d, *_) in cuda_ops.HOPPER_FWD_KERNELS.items()
                                   if d == D and v != cuda_ops.FLASH_FWD_HOPPER[D]]
     return vs + [(v, False) for (v, d) in VARIANTS_FWD if d == D]
 
