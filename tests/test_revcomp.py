@@ -63,3 +63,66 @@ def test_revcomp_reaches_training_only(tmp_path, fast_settings):
     probe = _docs(a.val)[0][:40]
     assert probe not in train_bytes and reverse_complement(probe) not in train_bytes
     assert b.n_docs == a.n_docs + 3
+
+
+# ---------------------------------------------------------------- revcomp auto (training/autoconf.py)
+
+def _genome(tmp_path, name="g.fa", letters="ACGT"):
+    rng = np.random.default_rng(1)
+    recs = ["".join(rng.choice(list(letters), n)) for n in (900, 700, 800)]
+    fa = tmp_path / name
+    fa.write_text("".join(f">r{i}\n{s}\n" for i, s in enumerate(recs)))
+    return fa
+
+
+def test_auto_revcomp_rule():
+    from bytemodel.training.autoconf import REVCOMP_SMALL_DATA, auto_revcomp
+    assert auto_revcomp(1_000_000, "cuda") and auto_revcomp(REVCOMP_SMALL_DATA, "cuda")
+    assert not auto_revcomp(REVCOMP_SMALL_DATA + 1, "cuda") and not auto_revcomp(18_000_000, "cuda")
+    assert not auto_revcomp(1_000_000, "cpu")
+
+
+def test_auto_revcomp_decision_for_a_gpu_run(tmp_path, fast_settings):
+    """The rule as prepare applies it, for a run on a GPU (the corpus built here on the CPU)."""
+    from bytemodel.config import TrainConfig
+    from bytemodel.tokenizer import Tokenizer
+    from bytemodel.training.prepare import _augmenting_reader
+    fa = _genome(tmp_path)
+    run = bytemodel.train(fa, tmp_path / "plain", **{**fast_settings, "steps": 1})
+    corpus, tok = open_corpus(run.run_dir), Tokenizer()
+    reader, auto = _augmenting_reader(TrainConfig(source=str(fa), device="cuda"), corpus, tok)
+    assert auto and reader.augments                                       # detected FASTA, small, GPU
+    reader, auto = _augmenting_reader(TrainConfig(source=str(fa), device="cuda", reader="fasta:case=upper"), corpus, tok)
+    assert auto and reader.augments and reader.options["case"] == "upper"  # the given options kept
+    for given in ("fasta:revcomp=no", "text", "raw"):                      # turned off, or not FASTA
+        assert _augmenting_reader(TrainConfig(source=str(fa), device="cuda", reader=given), corpus, tok) == (None, False)
+    assert _augmenting_reader(TrainConfig(source=str(fa), device="cpu"), corpus, tok) == (None, False)
+    reader, auto = _augmenting_reader(TrainConfig(source=str(fa), device="cpu", reader="fasta:revcomp"), corpus, tok)
+    assert reader.augments and not auto                                    # asked for: on any device
+    prot = _genome(tmp_path, "p.fa", "ACDEFGHIKLMNPQRSTVWY")               # a protein FASTA: no strand
+    run = bytemodel.train(prot, tmp_path / "prot", **{**fast_settings, "steps": 1})
+    assert _augmenting_reader(TrainConfig(source=str(prot), device="cuda"), open_corpus(run.run_dir), tok) == (None, False)
+    (tmp_path / "mixed").mkdir()                                           # FASTA beside a text file
+    (tmp_path / "mixed" / "g.fa").write_text(fa.read_text())
+    (tmp_path / "mixed" / "notes.txt").write_text("ACGT " * 100)
+    assert _augmenting_reader(TrainConfig(source=str(tmp_path / "mixed"), device="cuda"), corpus, tok) == (None, False)
+
+
+def test_auto_revcomp_in_a_run(tmp_path, fast_settings, monkeypatch):
+    """Where the rule says yes, a run with the reader detected trains on the same corpus as
+    fasta:revcomp, says so in one note line, and records the reader as plain fasta; on the CPU
+    (the rule as it is) nothing is added."""
+    from bytemodel.training import prepare
+    fa = _genome(tmp_path)
+    s = {**fast_settings, "steps": 1}
+    cpu = bytemodel.train(fa, tmp_path / "cpu", **s)
+    given = bytemodel.train(fa, tmp_path / "given", reader="fasta:revcomp", **s)
+    monkeypatch.setattr(prepare, "auto_revcomp", lambda n, device: True)
+    lines = []
+    auto = bytemodel.train(fa, tmp_path / "auto", log=lines.append, **s)
+    assert sum("reverse strand: each training record's reverse complement added" in x for x in lines) == 1
+    a, g, c = open_corpus(auto.run_dir), open_corpus(given.run_dir), open_corpus(cpu.run_dir)
+    assert np.array_equal(np.asarray(a.tokens), np.asarray(g.tokens)) and a.n_docs == c.n_docs + 3
+    assert len(c.train) < len(a.train) and np.array_equal(np.asarray(c.val), np.asarray(a.val))
+    off = bytemodel.train(fa, tmp_path / "off", reader="fasta:revcomp=no", **s)
+    assert np.array_equal(np.asarray(open_corpus(off.run_dir).tokens), np.asarray(c.tokens))

@@ -73,6 +73,23 @@ def auto_dropout(train_bytes: int, device: str) -> float:
     return 0.0
 
 
+REVCOMP_SMALL_DATA = 8_000_000   # training bytes up to which a GPU run adds the reverse strand (auto_revcomp)
+
+
+def auto_revcomp(train_bytes: int, device: str) -> bool:
+    """Whether a nucleotide FASTA run whose reader leaves `revcomp` unset adds each training record's
+    reverse complement (readers/fasta.py; training/augment.py).
+
+    From the H200 runs at 5 minutes (benchmarks/README.md, "The reverse strand by default"): where
+    a run sees its data many times over, the other strand is new data and helps: the shipped 1.07
+    MB sample -0.008 to -0.013 bits/base at its best (small; four runs), one whole 5.1 MB genome
+    -0.011 (base, 13 passes). Where it does not, it costs: the 18 MB four-genome split at 1.9
+    passes +0.004; on the CPU at 1.2 passes nothing (-0.002). So: on a GPU up to
+    REVCOMP_SMALL_DATA training bytes (between 5 and 18 MB nothing was measured), never on the CPU,
+    whose runs see their data a few times at most."""
+    return device != "cpu" and train_bytes <= REVCOMP_SMALL_DATA
+
+
 def auto_precision(device: str, capability: tuple[int, int] | None = None) -> str:
     """fp32 on the CPU; bf16 on a GPU of compute capability >= 8.0 (Ampere on), else fp16."""
     if device == "cpu":

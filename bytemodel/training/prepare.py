@@ -27,6 +27,7 @@ from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
 from . import distributed
+from .autoconf import REVCOMP_SMALL_DATA, auto_revcomp
 
 
 @dataclass(frozen=True)
@@ -188,19 +189,54 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     # streamed in bounded pieces, whatever the file size (with merges too: encode_chunks)
     corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
                           pieces=stream_documents(tc.source, tc.reader or None))
-    if tc.reader:
-        from ..readers import get_reader
-        reader = get_reader(tc.reader)
-        if reader.augments:                  # the reader adds copies of training documents
-            from .augment import add_training_copies
-            corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
+    notes = ()
+    reader, auto = _augmenting_reader(tc, corpus, tok)
+    if reader is not None:                   # the reader adds copies of training documents
+        from .augment import add_training_copies
+        corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
+        if auto:
+            notes = ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
+                     f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
+                     "--reader fasta:revcomp=no turns it off)",)
     train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
     resolve(tc, resolve_device(tc.device), train_bytes, cores())
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout,
                                                     "dropout_attn": tc.dropout_attn})
-    return _finish(tc, run_dir, tok, corpus, cfg)
+    run = _finish(tc, run_dir, tok, corpus, cfg)
+    return dataclasses.replace(run, notes=notes + run.notes) if notes else run
+
+
+_NUCLEOTIDE = frozenset(b"ACGTURYKMBVDHSWNacgturykmbvdhswn*-.")
+
+
+def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
+    """(the reader whose training copies this run adds (fasta:revcomp) or None, whether auto chose it).
+
+    Given (--reader fasta:revcomp=yes), as asked. Left unset, on a source that is all FASTA
+    (given as --reader fasta[:...] or detected), the reverse strand is added when
+    autoconf.auto_revcomp says so for the run's device and training bytes, and every byte of the
+    data is a nucleotide code (a protein FASTA has no reverse complement)."""
+    from ..readers import detect, get_reader, source_files
+    from ..readers.fasta import FastaReader
+    if tc.reader:
+        reader = get_reader(tc.reader)
+        if reader.augments or not isinstance(reader, FastaReader) or "revcomp" in reader.options:
+            return (reader if reader.augments else None), False
+        options = reader.options
+    else:
+        found = [detect(f) for f in source_files(tc.source)]
+        if not found or not all(isinstance(r, FastaReader) for r in found):
+            return None, False
+        options = {}
+    train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
+    if not auto_revcomp(train_bytes, tc.device):
+        return None, False
+    from ..runinfo import byte_values
+    if not set(byte_values(corpus.train, tok)) <= _NUCLEOTIDE:
+        return None, False
+    return FastaReader(**{**options, "revcomp": True}), True
 
 
 def _open_prepared(d: dict) -> Run:
