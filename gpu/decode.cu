@@ -24,6 +24,19 @@
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
 
+// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py): every kernel here lets
+// the next one start at once (PDL_LAUNCH) and does what needs nothing from the kernel before it
+// (reading its weight rows) before PDL_WAIT, which holds it until that kernel has finished and its
+// writes are visible. Launched the ordinary way, PDL_WAIT returns at once: the same kernels serve
+// both launches, with the same arithmetic.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_WAIT()
+#define PDL_LAUNCH()
+#endif
+
 #define DEC_WARPS 8
 #define DEC_THREADS (DEC_WARPS * 32)
 #define FULL 0xffffffffu
@@ -125,7 +138,7 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
                              act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
                              int K, int D, int S, float eps) {
     extern __shared__ float xs[];
-    const int pos = state[0];
+    PDL_LAUNCH();
     const int hd = D / 2;
     const int n_rot = (H + K) * hd, n_items = (H + 2 * K) * hd;
     const int item = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
@@ -141,6 +154,8 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
     }
     vec8 w1[NCH], w2[NCH];
     if (item < n_items) { fetch_row(wt + (i64)j1 * C, C, w1); fetch_row(wt + (i64)j2 * C, C, w2); }
+    PDL_WAIT();                                   // x, ids, the cache and pos: the kernels before
+    const int pos = state[0];
     for (int b0 = 0; b0 < B; b0 += R) {
         int nb = min(R, B - b0);
         stage_rows<R>(xs, x, wte, ids, blockIdx.x == 0 ? xw : nullptr, b0, nb, C, g, eps);
@@ -184,8 +199,10 @@ __device__ void dec_proj_impl(const float* __restrict__ in, const act_t* __restr
     extern __shared__ float xs[];
     const int o = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
+    PDL_LAUNCH();
     vec8 wr[NCH];
     if (o < Cout) fetch_row(wt + (i64)o * Cin, Cin, wr);
+    PDL_WAIT();
     for (int b0 = 0; b0 < B; b0 += R) {
         int nb = min(R, B - b0);
         stage_rows<R>(xs, in, nullptr, nullptr, nullptr, b0, nb, Cin, g, eps);
@@ -213,8 +230,10 @@ __device__ void dec_gateup_impl(const float* __restrict__ x, const act_t* __rest
     extern __shared__ float xs[];
     const int j = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
+    PDL_LAUNCH();
     vec8 w1[NCH], w2[NCH];
     if (j < F) { fetch_row(wt + (i64)j * C, C, w1); fetch_row(wt + (i64)(F + j) * C, C, w2); }
+    PDL_WAIT();
     for (int b0 = 0; b0 < B; b0 += R) {
         int nb = min(R, B - b0);
         stage_rows<R>(xs, x, nullptr, nullptr, nullptr, b0, nb, C, g, eps);
@@ -275,6 +294,8 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
     const int bh = blockIdx.x, sp = blockIdx.y;
     const int b = bh / H, h = bh - b * H;
     const int kh = h / (H / K);
+    PDL_LAUNCH();
+    PDL_WAIT();                                   // q and the cache row just written
     const int n = state[0] + 1;
     const int k0 = sp * CH, k1 = min(n, k0 + CH);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -450,6 +471,12 @@ __device__ __forceinline__ bool sort_before(float ka, int ia, float kb, int ib) 
     return ka > kb || (ka == kb && ia < ib);
 }
 
+extern "C" __global__ void dec_pdl_probe(int* flag) {   // ops/cuda_decode.py: can this GPU launch with PDL?
+    PDL_LAUNCH();
+    PDL_WAIT();
+    if (threadIdx.x == 0 && blockIdx.x == 0) flag[0] += 1;
+}
+
 extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, int V, int P2,
                                       float temperature, int top_k, double top_p,
                                       unsigned long long* rng, int* ids, int* out, int cap,
@@ -464,6 +491,8 @@ extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, 
     const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     const int lane = tid & 31, warp = tid >> 5, nw = (nt + 31) >> 5;
     const float* lg = logits + (i64)b * ld;
+    PDL_LAUNCH();
+    PDL_WAIT();                                   // the logits of the step before
     const int t = state[1];
     if (temperature == 0.f) {                           // greedy: first index of the maximum
         float bv = -INFINITY; int bi = 0x7fffffff;

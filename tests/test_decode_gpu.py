@@ -236,3 +236,34 @@ def test_several_steps_per_graph(pair, monkeypatch):
     one = generate(gpu32, tok, 150, b"AC", seed=6, samples=2)
     monkeypatch.setattr(cuda_decode, "GRAPH_STEPS", 4)
     assert generate(gpu32, tok, 150, b"AC", seed=6, samples=2) == one
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("B", [1, 3])
+def test_pdl_launches_give_the_same_logits_and_ids(B, precision, monkeypatch):
+    """The kernel path launched with programmatic dependent launch (ops/cuda_launch.py; compute
+    capability 9.0+) against the same kernels launched the ordinary way: every step's logits and
+    sampled ids bit for bit, to the end of the cache (the same arithmetic; a missing wait would
+    read a buffer before the kernel before has written it). On a 9.0+ GPU PDL must be the one
+    that ran."""
+    import cupy as cp
+    from bytemodel.ops import cuda_decode, gpu_capability
+    cfg = ModelConfig(**CONFIGS[2])
+    _, gpu = models(cfg, precision, seed=2)
+    prompt = cp.asarray(np.random.default_rng(B).integers(0, cfg.vocab_size, (B, 4)))
+    W = gpu.weights()
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(cuda_decode, "PDL", on)
+        d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=3, temperature=0.9, top_k=0, top_p=1.0, graph=True)
+        assert (d.pdl is not None) == (on and gpu_capability() >= (9, 0))
+        lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
+        d.begin(lg[:, -1, :], 4, W)
+        logits = []
+        for _ in range(cfg.context - 4):
+            d.step(1)
+            d.stream.synchronize()
+            logits.append(cp.asnumpy(d.logits))
+        runs.append((np.stack(logits), d.tokens(0, cfg.context - 4)))
+    (a, ta), (b, tb) = runs
+    assert np.array_equal(a, b) and np.array_equal(ta, tb)

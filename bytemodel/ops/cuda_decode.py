@@ -35,6 +35,10 @@ GRAPH_MAX_BATCH = 4            # these kernels up to this batch, above it the ca
 KERNEL_MAX_BATCH = 64          # where the captured step is not available (fp32, BLAS_GRAPH off) these kernels
                                # still beat the cuBLAS step launched from Python (~8 ms a step) up to here
 GRAPH_STEPS = 1                # steps captured per graph (a launch replays this many)
+PDL = False                    # True (or BYTEMODEL_PDL=1): the kernel path's launches with programmatic
+                               # dependent launch on compute capability 9.0+ (ops/cuda_launch.py): each kernel
+                               # reads its weights while the one before finishes; the same bits. Off until
+                               # measured on a device (benchmarks/generate.py --pdl; tests/test_decode_gpu.py)
 BLAS_GRAPH = True              # above GRAPH_MAX_BATCH: the cuBLAS step captured as a graph (gpu/step.cu makes
                                # it position-free); False: the same ops launched from Python every step
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -126,11 +130,14 @@ class Sampler:
         if self.smem > 48 * 1024 and self.fn.max_dynamic_shared_size_bytes < self.smem:
             self.fn.max_dynamic_shared_size_bytes = self.smem
 
-    def __call__(self, logits, state, temperature: float, top_k: int, top_p: float) -> None:
-        self.fn((self.B,), (_THREADS,),
-                (logits, np.int32(logits.shape[-1]), np.int32(self.V), np.int32(self.P2),
-                 np.float32(temperature), np.int32(top_k), np.float64(top_p), self.rng, self.ids,
-                 self.out, np.int32(self.cap), state), shared_mem=self.smem)
+    def __call__(self, logits, state, temperature: float, top_k: int, top_p: float, launch=None) -> None:
+        args = (logits, np.int32(logits.shape[-1]), np.int32(self.V), np.int32(self.P2),
+                np.float32(temperature), np.int32(top_k), np.float64(top_p), self.rng, self.ids,
+                self.out, np.int32(self.cap), state)
+        if launch is None:
+            self.fn((self.B,), (_THREADS,), args, shared_mem=self.smem)
+        else:
+            launch(self.fn, (self.B,), (_THREADS,), args, self.smem)
 
 
 class BlasStep:
@@ -256,8 +263,10 @@ class Decoder:
         self.state = cp.zeros((4,), dtype=cp.int32)
         self.logits = cp.zeros((B, Vm), dtype=cp.float32)
         self.sampler = Sampler(ops, vocab, B, seed, S + 1)
+        self.pdl = None
         if self.use_graph:
             self._kernel_setup(model, B, S, C, F, H, K, D, Vm)
+            self.pdl = self._pdl_setup()
         elif self.blas_graph:
             self._blas_graph_setup(model, B, S, H, D)
         cp.cuda.Stream.null.synchronize()
@@ -306,6 +315,31 @@ class Decoder:
                 fn.max_dynamic_shared_size_bytes = need
         self.scale_log2 = _scale_log2(D)
 
+    def _pdl_setup(self):
+        """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, a probe
+        kernel launched that way ran), else None: the ordinary launches."""
+        import os
+        from . import gpu_capability
+        if not (PDL or os.environ.get("BYTEMODEL_PDL") == "1") or gpu_capability() < (9, 0):
+            return None
+        try:
+            from .cuda_launch import Launcher
+            launcher = Launcher()
+            flag = cp.zeros((1,), dtype=cp.int32)
+            probe = _module(_FILE, self.ops.precision).get_function("dec_pdl_probe")
+            launcher(probe.ptr, (1,), (32,), (flag,), 0, self.stream.ptr)
+            self.stream.synchronize()
+            return launcher if int(flag[0]) == 1 else None
+        except Exception:       # no driver entry point, no handle: the ordinary launches
+            return None
+
+    def _k(self, fn, grid, block, args, shared_mem: int = 0) -> None:
+        """Launch one kernel of the kernel path on the decoder's stream (with PDL when set up)."""
+        if self.pdl is None:
+            fn(grid, block, args, shared_mem=shared_mem)
+        else:
+            self.pdl(fn.ptr, grid, block, args, shared_mem, self.stream.ptr)
+
     def _launch_model(self):
         """Feed sampler.ids through the model at state[0]: logits, then pos += 1, t += 1."""
         cfg, B = self.cfg, self.B
@@ -316,24 +350,24 @@ class Decoder:
         for i, L in enumerate(self.layers):
             kc, vc = self.cache[i]
             ids = self.sampler.ids if i == 0 else null
-            self.k_qkv(wb((H + 2 * K) * D // 2), (_THREADS,),
-                       (self.x, self.x if i == 0 else null, ids, self.wte, L["g1"], L["wqkv"], self.cos,
-                        self.sin, self.q, kc, vc, self.state, i32(B), i32(C), i32(H), i32(K), i32(D),
-                        i32(S), eps), shared_mem=self.smem["C"])
-            self.k_attn((B * H, self.NS), (128,),
-                        (self.q, kc, vc, self.part, self.tickets, self.att, self.state, i32(H), i32(K),
-                         i32(S), i32(self.CH), np.float32(self.scale_log2)))
-            self.k_proj(wb(C), (_THREADS,), (self.att, L["wo"], self.x, null, i32(B), i32(H * D), i32(C),
-                                             i32(1), eps, null), shared_mem=self.smem["A"])
-            self.k_gu(wb(F), (_THREADS,), (self.x, L["g2"], L["wgu"], self.s, i32(B), i32(C), i32(F), eps),
-                      shared_mem=self.smem["C"])
-            self.k_proj(wb(C), (_THREADS,), (self.s, L["wd"], self.x, null, i32(B), i32(F), i32(C),
-                                             i32(1), eps, null), shared_mem=self.smem["F"])
-        self.k_proj(wb(Vm), (_THREADS,), (self.x, self.head, self.logits, self.g_f, i32(B), i32(C), i32(Vm),
-                                          i32(0), eps, self.state), shared_mem=self.smem["C"])
+            self._k(self.k_qkv, wb((H + 2 * K) * D // 2), (_THREADS,),
+                    (self.x, self.x if i == 0 else null, ids, self.wte, L["g1"], L["wqkv"], self.cos,
+                     self.sin, self.q, kc, vc, self.state, i32(B), i32(C), i32(H), i32(K), i32(D),
+                     i32(S), eps), self.smem["C"])
+            self._k(self.k_attn, (B * H, self.NS), (128,),
+                    (self.q, kc, vc, self.part, self.tickets, self.att, self.state, i32(H), i32(K),
+                     i32(S), i32(self.CH), np.float32(self.scale_log2)))
+            self._k(self.k_proj, wb(C), (_THREADS,), (self.att, L["wo"], self.x, null, i32(B), i32(H * D),
+                                                      i32(C), i32(1), eps, null), self.smem["A"])
+            self._k(self.k_gu, wb(F), (_THREADS,), (self.x, L["g2"], L["wgu"], self.s, i32(B), i32(C), i32(F),
+                                                    eps), self.smem["C"])
+            self._k(self.k_proj, wb(C), (_THREADS,), (self.s, L["wd"], self.x, null, i32(B), i32(F), i32(C),
+                                                      i32(1), eps, null), self.smem["F"])
+        self._k(self.k_proj, wb(Vm), (_THREADS,), (self.x, self.head, self.logits, self.g_f, i32(B), i32(C),
+                                                   i32(Vm), i32(0), eps, self.state), self.smem["C"])
 
     def _launch_step(self):
-        self.sampler(self.logits, self.state, *self.sampling)
+        self.sampler(self.logits, self.state, *self.sampling, launch=None if self.pdl is None else self._k)
         self._launch_model()
 
     # ------------------------------------------------------------------ the cuBLAS path (large B)
