@@ -3,6 +3,10 @@
 # own timeout, about 9 minutes in all; logs and JSON under $OUT). Run from the repository root:
 #     bash benchmarks/device_check.sh            # everything
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
+#     bash benchmarks/device_check.sh pdl        # the decoder's PDL tests, then batch 1 and 4 with PDL off / on
+#     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 3 minutes each,
+#                                                # at once, scored on held-out files (benchmarks/little_data.py;
+#                                                # needs .dev/little/ made here by its split and codecs steps)
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Every command here ran on the H200 on 2026-12-01 (benchmarks/README.md).
@@ -22,6 +26,23 @@ T0=$(date +%s)
 step() { echo "== $1 at $(( $(date +%s) - T0 )) s"; }
 nvidia-smi -L
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'numpy', numpy.__version__)"
+
+if [ "$only" = pdl ]; then
+    step "PDL tests"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 150 -m gpu tests/test_decode_gpu.py -rfE > "$OUT/pdl_tests.log" 2>&1
+    echo "pdl tests rc=$?"; tail -3 "$OUT/pdl_tests.log"
+    step "generation, PDL off / on"
+    timeout 300 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4 --tokens 512 --pdl --rounds 3 \
+        > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
+    exit 0
+fi
+if [ "$only" = little ]; then
+    step "photos and speech"
+    timeout 560 python3 benchmarks/little_data.py model .dev/little --device cuda --minutes 3 --tiles 0,16,32 --parallel \
+        > "$OUT/little.log" 2>&1; tail -4 "$OUT/little.log"; cp .dev/little/model.json "$OUT/" 2>/dev/null
+    python3 benchmarks/little_data.py table .dev/little
+    exit 0
+fi
 
 step "GPU tests"
 XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"

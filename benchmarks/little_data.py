@@ -3,7 +3,7 @@ scored on held-out files it never saw, against the lossless codecs on the same s
 
     python benchmarks/little_data.py split OUT [--photos DIR] [--speech DIR]   # OUT/{photos,speech}/{train,held}
     python benchmarks/little_data.py codecs OUT                                # CPU: PNG, WebP, JPEG XL; FLAC -8
-    python benchmarks/little_data.py model OUT --device cuda --minutes 6 [--tiles 0,16,32] [--kinds photos,speech]
+    python benchmarks/little_data.py model OUT --device cuda --minutes 6 [--tiles 0,16,32] [--kinds photos,speech] [--parallel]
     python benchmarks/little_data.py table OUT                                 # Markdown from OUT/*.json
 
 Held out: the two photos of `mate-nature` that sort last (Wood, YellowFlower: where a run's own
@@ -116,11 +116,13 @@ def clip_codecs(path: Path, tmp: Path) -> dict:
 def codecs(a) -> None:
     res = {"photos": [], "speech": []}
     with tempfile.TemporaryDirectory() as t:
-        for p in sorted((a.out / "photos" / "held").iterdir()):
-            res["photos"].append(photo_codecs(p, Path(t)))
+        for i, p in enumerate(sorted((a.out / "photos" / "held").iterdir())):
+            (Path(t) / str(i)).mkdir()
+            res["photos"].append(photo_codecs(p, Path(t) / str(i)))
             print(json.dumps(res["photos"][-1]), flush=True)
-        for p in sorted((a.out / "speech" / "held").iterdir()):
-            res["speech"].append(clip_codecs(p, Path(t)))
+        for i, p in enumerate(sorted((a.out / "speech" / "held").iterdir())):
+            (Path(t) / f"s{i}").mkdir()
+            res["speech"].append(clip_codecs(p, Path(t) / f"s{i}"))
             print(json.dumps(res["speech"][-1]), flush=True)
     (a.out / "codecs.json").write_text(json.dumps(res, indent=1))
 
@@ -152,13 +154,30 @@ def model(a) -> None:
         jobs += [("photos", "image" if int(n) == 0 else f"image:tile={int(n)}") for n in a.tiles.split(",")]
     if "speech" in a.kinds:
         jobs.append(("speech", SPEECH_READER))
-    for kind, reader in jobs:
-        run = a.out / "runs" / f"{kind}_{reader.replace(':', '_').replace('=', '').replace(',', '_')}"
+    def train_cmd(kind, reader, run):
+        return [sys.executable, "-m", "bytemodel.cli", "train", "--source", str(a.out / kind / "train"),
+                "--reader", reader, "--device", a.device, "--minutes", str(a.minutes), "--no-baseline", "-q",
+                "--out", str(run), *a.extra.split()]
+
+    runs = [(kind, reader, a.out / "runs" / f"{kind}_{reader.replace(':', '_').replace('=', '').replace(',', '_')}")
+            for kind, reader in jobs]
+    logs, walls = {}, {}
+    if a.parallel:      # every run at once, sharing the device (equal shares, not equal to one alone)
         t = time.time()
-        log = _bm("train", "--source", a.out / kind / "train", "--reader", reader, "--device", a.device,
-                  "--minutes", a.minutes, "--no-baseline", "-q", "--out", run, *a.extra.split())
-        row = {"kind": kind, "reader": reader, "minutes": a.minutes, "wall_s": round(time.time() - t),
-               "run": _best(run), "train_log": log.splitlines()[:2], "held": []}
+        procs = [(run, subprocess.Popen(train_cmd(k, r, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)) for k, r, run in runs]
+        for run, p in procs:
+            logs[run] = p.communicate()[0]
+            walls[run] = round(time.time() - t)
+            if p.returncode:
+                raise SystemExit(f"training {run} failed:\n{logs[run]}")
+    for kind, reader, run in runs:
+        if run not in logs:
+            t = time.time()
+            logs[run] = _bm(*train_cmd(kind, reader, run)[3:])
+            walls[run] = round(time.time() - t)
+        row = {"kind": kind, "reader": reader, "minutes": a.minutes, "parallel": a.parallel, "wall_s": walls[run],
+               "run": _best(run), "train_log": logs[run].splitlines()[:2], "held": []}
         for held in sorted((a.out / kind / "held").iterdir()):
             m = SCORE.search(_bm("score", held, "-c", run, "--device", a.device))
             bits, n = int(m.group(2)), int(m.group(3).replace(",", ""))
@@ -201,6 +220,7 @@ def main() -> None:
             p.add_argument("--tiles", default="0,16,32", help="comma-separated tile sides, 0 = whole rows")
             p.add_argument("--kinds", default="photos,speech")
             p.add_argument("--extra", default="", help="more train flags, space-separated")
+            p.add_argument("--parallel", action="store_true", help="train every run at once (sharing the device)")
     a = ap.parse_args()
     {"split": split, "codecs": codecs, "model": model, "table": table}[a.what](a)
 
