@@ -4,6 +4,7 @@
 #     bash benchmarks/device_check.sh            # everything
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
 #     bash benchmarks/device_check.sh pdl        # the decoder's PDL tests, then batch 1 and 4 with PDL off / on
+#     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto and 0.1 side by side
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 3 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
@@ -34,6 +35,15 @@ if [ "$only" = pdl ]; then
     step "generation, PDL off / on"
     timeout 300 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4 --tokens 512 --pdl --rounds 3 \
         > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
+    exit 0
+fi
+if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemodel data get linux-docs`' folder)
+    step "linux-docs, 6 minutes, dropout auto (0 at 22 MB) and 0.1, two at once"
+    for p in auto 0.1; do
+        python3 -m bytemodel.cli train --source .dev/data/linux-docs --reader text --device cuda --minutes 6 \
+            --dropout $p --no-baseline -q --out /tmp/text_$p > "$OUT/text_$p.log" 2>&1 &
+    done
+    wait; tail -n 4 "$OUT"/text_*.log
     exit 0
 fi
 if [ "$only" = little ]; then
