@@ -3,7 +3,8 @@
 # own timeout, about 9 minutes in all; logs and JSON under $OUT). Run from the repository root:
 #     bash benchmarks/device_check.sh            # everything
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
-#     bash benchmarks/device_check.sh pdl        # the decoder's PDL tests, then batch 1 and 4 with PDL off / on
+#     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL off / on and
+#                                                # 16, 64 with the cuBLAS step / the tensor-core kernels
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto and 0.1 side by side
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 3 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
@@ -32,8 +33,8 @@ if [ "$only" = pdl ]; then
     step "PDL tests"
     timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 150 -m gpu tests/test_decode_gpu.py -rfE > "$OUT/pdl_tests.log" 2>&1
     echo "pdl tests rc=$?"; tail -3 "$OUT/pdl_tests.log"
-    step "generation, PDL off / on"
-    timeout 300 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4 --tokens 512 --pdl --rounds 3 \
+    step "generation, PDL off / on, cuBLAS step / tensor-core kernels"
+    timeout 360 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4,16,64 --tokens 512 --pdl --mma --rounds 3 \
         > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
     exit 0
 fi

@@ -14,6 +14,7 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL off / on
+    python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
 On the CPU, as in cpu_generate.py, the two sides are measured in separate processes (two
@@ -164,6 +165,10 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.GRAPH_MAX_BATCH = int(kind[6:])
         r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "ours-mma":          # the kernel path with tensor-core products up to N = 64 (cuda_decode.MMA_MAX_BATCH)
+        from bytemodel.ops import cuda_decode
+        cuda_decode.MMA_MAX_BATCH = 64
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-pdl":          # the kernel path with programmatic dependent launch (cuda_decode.PDL)
         from bytemodel.ops import cuda_decode
         cuda_decode.PDL = True
@@ -198,6 +203,8 @@ def main():
                     help="also ours with the graph decoder up to this batch (GRAPH_MAX_BATCH)")
     ap.add_argument("--launched", action="store_true",
                     help="also ours with the cuBLAS step launched from Python (BLAS_GRAPH off), N > 64")
+    ap.add_argument("--mma", action="store_true",
+                    help="also ours with the tensor-core kernel path for 4 < N <= 64 (cuda_decode.MMA_MAX_BATCH)")
     ap.add_argument("--pdl", action="store_true",
                     help="also ours with programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
@@ -225,6 +232,8 @@ def main():
             sides += [(f"ours-g{args.graph_steps}", int(n)) for n in args.samples.split(",") if int(n) <= 16]
         if args.launched:
             sides += [("ours-launched", int(n)) for n in args.samples.split(",") if int(n) > 64]
+        if args.mma:
+            sides += [("ours-mma", int(n)) for n in args.samples.split(",") if 4 < int(n) <= 64]
         if args.pdl:
             sides += [("ours-pdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
         if args.graph_max_batch:

@@ -94,7 +94,7 @@ __device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
 __device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }
 
 #if HAS_MMA
-// ---- for the tensor-core kernels (flash_attn.cu, flash_hopper.cu): softmax constants, shared
+// ---- for the tensor-core kernels (flash_attn.cu, flash_hopper.cu, decode.cu): softmax constants, shared
 // memory addresses, cp.async (16 bytes, zero-filled when !valid) and its groups, two floats
 // packed into one register of act2_t
 #define LOG2E 1.4426950408889634f
@@ -111,6 +111,16 @@ __device__ __forceinline__ void cp_async16(void* s, const act_t* g, bool valid) 
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// C (16x8 fp32) += A (16x16) B (16x8): the fragment layouts are written where they are used
+// (flash_attn.cu, decode.cu)
+__device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ u32 pack2(float a, float b) {

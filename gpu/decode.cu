@@ -274,6 +274,277 @@ DEC_GEMV_KERNELS(2)
 DEC_GEMV_KERNELS(4)
 DEC_GEMV_KERNELS(8)
 
+#if HAS_MMA
+// ------------------------------------------------------------------------------------------------
+// The same three products on tensor cores, for batches where the warp-per-output kernels above
+// grow with B (each weight times B staged rows from shared memory) and the captured cuBLAS step
+// is ~200 launches (ops/cuda_decode.py, MMA_MAX_BATCH). out (B, O) = in (B, Cin) Wt (O, Cin)^T
+// as mma.sync m16n8k16 with A = 16 weight rows (a CTA's row map: 16 rows, or 8 pairs whose two
+// halves land in one thread: rows g and g + 8 of the C fragment), B = 8 batch rows of the input,
+// staged in shared memory as act_t (so the input is rounded to act_t, as the cuBLAS step's is),
+// NT x 8 rows at a time. The 8 warps of a CTA split Cin: warp w takes 32-column chunks w, w + 8,
+// ...; their partial tiles are summed in warp order (fixed: deterministic) and warp 0 writes.
+// Cin % 32 == 0, Cin <= 2048 (MC chunks a warp, read before PDL_WAIT).
+//
+// Within a 32-column chunk the k order is permuted the same way for A and B (a dot product does
+// not depend on it): thread t reads columns 8t .. 8t+7 of its two rows as one 16-byte load; step
+// s (0, 1) of the chunk uses columns 8t + 4s .. 8t + 4s + 3 as logical k (2t, 2t+1, 2t+8, 2t+9),
+// so a0 = row g, a1 = row g + 8 (cols 8t+4s, +1), a2, a3 the same rows (cols 8t+4s+2, +3), and
+// b0 / b1 = batch row g of the tile at those column pairs. C: c0,c1 (row g, batch 2t, 2t+1),
+// c2,c3 (row g + 8, the same batch rows).
+#define MC 8
+#define XPAD 8                                    // act_t elements of padding per staged row
+
+// stage batch rows b0 .. b0 + NB - 1 (rows past B zero) of the input into xh (NB, Cin + XPAD)
+// act_t: from x (fp32) or wte[ids] (also written to xw by block 0), RMSNorm(g) when g is given
+// (the reference's order: (x * rs) * g, then rounded to act_t)
+__device__ void stage_h(act_t* xh, const float* __restrict__ x, const act_t* __restrict__ wte,
+                        const int* __restrict__ ids, float* xw, int B, int b0, int NB, int Cin,
+                        const act_t* __restrict__ g, float eps) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ld = Cin + XPAD;
+    for (int r = warp; r < NB; r += DEC_WARPS) {
+        const int b = b0 + r;
+        act_t* row = xh + (i64)r * ld;
+        if (b >= B) {
+            for (int c = lane; c < Cin; c += 32) row[c] = from_f(0.f);
+            continue;
+        }
+        float rs = 1.f;
+        if (g) {
+            float ss = 0.f;
+            for (int c = lane; c < Cin; c += 32) {
+                float v = ids ? to_f(wte[(i64)ids[b] * Cin + c]) : x[(i64)b * Cin + c];
+                ss += v * v;
+            }
+            ss = warp_sum(ss);
+            rs = 1.0f / sqrtf(ss / (float)Cin + eps);
+        }
+        for (int c = lane; c < Cin; c += 32) {
+            float v = ids ? to_f(wte[(i64)ids[b] * Cin + c]) : x[(i64)b * Cin + c];
+            if (ids && xw && blockIdx.x == 0) xw[(i64)b * Cin + c] = v;
+            row[c] = from_f(g ? __fmul_rn(__fmul_rn(v, rs), to_f(g[c])) : v);
+        }
+    }
+}
+
+// this warp's chunks of rows ra and rb (one thread: row g and row g + 8 of the tile)
+__device__ __forceinline__ void fetch_chunks(const act_t* __restrict__ wt, int ra, int rb, int Cin,
+                                             uint4* wa, uint4* wb) {
+    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3, nk = Cin / 32;
+#pragma unroll
+    for (int k = 0; k < MC; k++) {
+        int c = (warp + k * DEC_WARPS) * 32 + 8 * t;
+        if (warp + k * DEC_WARPS < nk) {
+            wa[k] = *reinterpret_cast<const uint4*>(wt + (i64)ra * Cin + c);
+            wb[k] = *reinterpret_cast<const uint4*>(wt + (i64)rb * Cin + c);
+        }
+    }
+}
+
+// acc (warp 0, after the call): the CTA's 16 x (NT * 8) tile, summed over the warps in order;
+// red: DEC_WARPS * 32 * NT * 4 floats of shared memory
+template <int NT>
+__device__ void mma_tile(const uint4* wa, const uint4* wb, const act_t* xh, int Cin, float* red,
+                         float acc[NT][4]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nk = Cin / 32, ld = Cin + XPAD;
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+    for (int k = 0; k < MC; k++) {
+        const int ck = warp + k * DEC_WARPS;
+        if (ck < nk) {
+            const u32* pa = reinterpret_cast<const u32*>(&wa[k]);
+            const u32* pb = reinterpret_cast<const u32*>(&wb[k]);
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                u32 a[4] = {pa[2 * s], pb[2 * s], pa[2 * s + 1], pb[2 * s + 1]};
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const uint2 bv = *reinterpret_cast<const uint2*>(xh + (i64)(j * 8 + g) * ld + ck * 32 + 8 * t + 4 * s);
+                    mma16816(acc[j], a, bv.x, bv.y);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[((warp * 32 + lane) * NT + j) * 4 + e] = acc[j][e];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = red[(lane * NT + j) * 4 + e];
+                for (int w = 1; w < DEC_WARPS; w++) v = __fadd_rn(v, red[((w * 32 + lane) * NT + j) * 4 + e]);
+                acc[j][e] = v;
+            }
+    }
+    __syncthreads();
+}
+
+// qkv on tensor cores: CTA i < (H + K) * D / 16 owns 8 RoPE pairs (i0 + g, i0 + g + D/2) of a q or
+// k head; the next K * D / 16 CTAs own 16 consecutive v outputs
+template <int NT>
+__device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const int* __restrict__ ids,
+                                 const act_t* __restrict__ wte, const act_t* __restrict__ gn,
+                                 const act_t* __restrict__ wt, const float* __restrict__ cosb,
+                                 const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
+                                 act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
+                                 int K, int D, int S, float eps) {
+    extern __shared__ float smem[];
+    PDL_LAUNCH();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, hd = D / 2;
+    const int n_rot = (H + K) * D / 16;
+    const bool rot = (int)blockIdx.x < n_rot;
+    int head, i, ra, rb;
+    if (rot) {
+        const int per = hd / 8;                   // pair groups of 8 in a head
+        head = blockIdx.x / per;
+        i = (blockIdx.x - head * per) * 8 + g;
+        ra = head * D + i; rb = ra + hd;
+    } else {
+        const int v = (blockIdx.x - n_rot) * 16 + g;   // v output index of row g (row g + 8: v + 8)
+        head = v / D; i = v - head * D;
+        ra = (H + K) * D + v; rb = ra + 8;
+    }
+    uint4 wa[MC], wb[MC];
+    fetch_chunks(wt, ra, rb, C, wa, wb);
+    PDL_WAIT();
+    const int pos = state[0];
+    const int NB = NT * 8;
+    act_t* xh = reinterpret_cast<act_t*>(smem);
+    float* red = smem + (NB * (C + XPAD) + 1) / 2;
+    for (int b0 = 0; b0 < B; b0 += NB) {
+        stage_h(xh, x, wte, ids, xw, B, b0, NB, C, gn, eps);
+        __syncthreads();
+        float acc[NT][4];
+        mma_tile<NT>(wa, wb, xh, C, red, acc);
+        if ((threadIdx.x >> 5) == 0) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int b = b0 + j * 8 + 2 * t + e;
+                    if (b >= B) continue;
+                    const float u1 = acc[j][e], u2 = acc[j][2 + e];
+                    if (rot) {
+                        float cs = cosb[(i64)pos * hd + i], sn = sinb[(i64)pos * hd + i];
+                        float o1 = __fsub_rn(__fmul_rn(u1, cs), __fmul_rn(u2, sn));
+                        float o2 = __fadd_rn(__fmul_rn(u2, cs), __fmul_rn(u1, sn));
+                        if (head < H) {
+                            float* qp = q + ((i64)b * H + head) * D;
+                            qp[i] = o1; qp[i + hd] = o2;
+                        } else {
+                            act_t* kp = kc + (((i64)b * K + (head - H)) * S + pos) * D;
+                            kp[i] = from_f(o1); kp[i + hd] = from_f(o2);
+                        }
+                    } else {                  // rows g and g + 8: v outputs i and i + 8 of one head (D % 16 == 0)
+                        act_t* vp = vc + (((i64)b * K + head) * S + pos) * D;
+                        vp[i] = from_f(u1); vp[i + 8] = from_f(u2);
+                    }
+                }
+        }
+        __syncthreads();
+    }
+}
+
+// out (+)= in . wt on tensor cores (wo, w_down; the LM head with RMSNorm(g), bumping pos and t):
+// CTA i owns output rows 16 i + g and 16 i + g + 8 (rows past Cout read row Cout - 1, never written)
+template <int NT>
+__device__ void dec_proj_mma_impl(const float* __restrict__ in, const act_t* __restrict__ wt, float* out,
+                                  const act_t* __restrict__ gn, int B, int Cin, int Cout, int accumulate,
+                                  float eps, int* state) {
+    extern __shared__ float smem[];
+    PDL_LAUNCH();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int oa = blockIdx.x * 16 + g, ob = oa + 8;
+    uint4 wa[MC], wb[MC];
+    fetch_chunks(wt, min(oa, Cout - 1), min(ob, Cout - 1), Cin, wa, wb);
+    PDL_WAIT();
+    const int NB = NT * 8;
+    act_t* xh = reinterpret_cast<act_t*>(smem);
+    float* red = smem + (NB * (Cin + XPAD) + 1) / 2;
+    for (int b0 = 0; b0 < B; b0 += NB) {
+        stage_h(xh, in, nullptr, nullptr, nullptr, B, b0, NB, Cin, gn, eps);
+        __syncthreads();
+        float acc[NT][4];
+        mma_tile<NT>(wa, wb, xh, Cin, red, acc);
+        if ((threadIdx.x >> 5) == 0) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int b = b0 + j * 8 + 2 * t + (e & 1), o = e < 2 ? oa : ob;
+                    if (b >= B || o >= Cout) continue;
+                    float* p = out + (i64)b * Cout + o;
+                    *p = accumulate ? __fadd_rn(*p, acc[j][e]) : acc[j][e];
+                }
+        }
+        __syncthreads();
+    }
+    if (state && blockIdx.x == 0 && threadIdx.x == 0) { state[0] += 1; state[1] += 1; }
+}
+
+// gate/up + SwiGLU on tensor cores: CTA i owns j = 8 i + g (gate row j, up row F + j)
+template <int NT>
+__device__ void dec_gateup_mma_impl(const float* __restrict__ x, const act_t* __restrict__ gn,
+                                    const act_t* __restrict__ wt, float* __restrict__ s, int B, int C, int F,
+                                    float eps) {
+    extern __shared__ float smem[];
+    PDL_LAUNCH();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int j = blockIdx.x * 8 + g;
+    uint4 wa[MC], wb[MC];
+    fetch_chunks(wt, min(j, F - 1), F + min(j, F - 1), C, wa, wb);
+    PDL_WAIT();
+    const int NB = NT * 8;
+    act_t* xh = reinterpret_cast<act_t*>(smem);
+    float* red = smem + (NB * (C + XPAD) + 1) / 2;
+    for (int b0 = 0; b0 < B; b0 += NB) {
+        stage_h(xh, x, nullptr, nullptr, nullptr, B, b0, NB, C, gn, eps);
+        __syncthreads();
+        float acc[NT][4];
+        mma_tile<NT>(wa, wb, xh, C, red, acc);
+        if ((threadIdx.x >> 5) == 0 && j < F) {
+#pragma unroll
+            for (int jt = 0; jt < NT; jt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int b = b0 + jt * 8 + 2 * t + e;
+                    if (b >= B) continue;
+                    const float ga = acc[jt][e], up = acc[jt][2 + e];
+                    const float sig = 1.0f / (1.0f + expf(-ga));
+                    s[(i64)b * F + j] = __fmul_rn(__fmul_rn(ga, sig), up);
+                }
+        }
+        __syncthreads();
+    }
+}
+
+#define DEC_MMA_KERNELS(NT)                                                                          \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS) dec_qkv_m##NT(                              \
+        const float* x, float* xw, const int* ids, const act_t* wte, const act_t* g, const act_t* wt,  \
+        const float* cosb, const float* sinb, float* q, act_t* kc, act_t* vc, const int* state,       \
+        int B, int C, int H, int K, int D, int S, float eps) {                                        \
+    dec_qkv_mma_impl<NT>(x, xw, ids, wte, g, wt, cosb, sinb, q, kc, vc, state, B, C, H, K, D, S, eps); \
+}                                                                                                     \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS) dec_proj_m##NT(                             \
+        const float* in, const act_t* wt, float* out, const act_t* g, int B, int Cin, int Cout,       \
+        int accumulate, float eps, int* state) {                                                      \
+    dec_proj_mma_impl<NT>(in, wt, out, g, B, Cin, Cout, accumulate, eps, state);                      \
+}                                                                                                     \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS) dec_gateup_m##NT(                           \
+        const float* x, const act_t* g, const act_t* wt, float* s, int B, int C, int F, float eps) {  \
+    dec_gateup_mma_impl<NT>(x, g, wt, s, B, C, F, eps);                                               \
+}
+DEC_MMA_KERNELS(1)
+DEC_MMA_KERNELS(2)
+DEC_MMA_KERNELS(4)
+#endif
+
 // ------------------------------------------------------------------------------------------------
 // Attention of one new query per (b, h) over cache keys 0..pos (pos = state[0], the row dec_qkv
 // just wrote), split over gridDim.y blocks of CH keys each. 4 warps; a key is read by LK = D/8

@@ -8,7 +8,8 @@ from the PCG64 stream of np.random.default_rng(seed + i), one double per sampled
 Generator.choice does on the CPU (see decode/generate.py).
 
 Up to GRAPH_MAX_BATCH sequences the products are warp-per-output dot products over transposed
-weight copies (made once per Decoder). Above it the step is the backend's own ops (cuBLAS products,
+weight copies (made once per Decoder); with MMA_MAX_BATCH set, batches above that up to it use the
+same kernel path with the products on tensor cores (dec_*_m*, off by default until measured). Above it the step is the backend's own ops (cuBLAS products,
 as Model.forward_cached runs them) with the two position-dependent pieces, RoPE's row and the
 cache write, read from device memory (gpu/step.cu), so that step too is captured once as a graph
 and replayed; its products go through the decoder's own cuBLAS handle by ctypes (_RawBlas), since
@@ -41,6 +42,11 @@ PDL = False                    # True (or BYTEMODEL_PDL=1): the kernel path's la
                                # measured on a device (benchmarks/generate.py --pdl; tests/test_decode_gpu.py)
 BLAS_GRAPH = True              # above GRAPH_MAX_BATCH: the cuBLAS step captured as a graph (gpu/step.cu makes
                                # it position-free); False: the same ops launched from Python every step
+MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel path with tensor-core products
+                               # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off until a
+                               # device has measured it (benchmarks/generate.py --mma; tests/test_decode_gpu.py)
+MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
+MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
 ATTN_HEAD_DIMS = (16, 32, 64, 128, 256)
 _THREADS = 256
@@ -97,6 +103,31 @@ IGNORES = {"init_std": "training only", "mtp": "the next-token logits only: the 
            "mtp_design": "the multi-token heads are not run", "mtp_weight": "training only",
            "dropout": "training steps only (Model.forward with a Dropout)",
            "dropout_attn": "training steps only (Model.forward with a Dropout)"}
+
+
+def mma_supports(cfg, precision: str) -> str | None:
+    """None if the tensor-core products (gpu/decode.cu, dec_*_m*) take this model, else why not."""
+    C, F, H, D = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim
+    if precision not in ("fp16", "bf16"):
+        return "tensor-core products need fp16 or bf16"
+    if any(n % 32 or n > MMA_MAX_IN for n in (C, F, H * D)):
+        return f"d_model, d_ff and n_heads * head_dim must be multiples of 32 up to {MMA_MAX_IN}"
+    if D % 16:
+        return "head dim must be a multiple of 16"
+    return None
+
+
+def _mma_nt(B: int, cin: int) -> int:
+    """Batch tiles of 8 rows a CTA stages at once for an input of width cin (shared memory bound)."""
+    nt = min(4, max(1, -(-B // 8)))
+    while nt > 1 and _mma_smem(nt, cin) > MMA_SMEM:
+        nt //= 2
+    return nt
+
+
+def _mma_smem(nt: int, cin: int) -> int:
+    """Bytes of shared memory: the staged rows (act_t, padded) and the warps' partial tiles."""
+    return (nt * 8 * (cin + 8) + 1) // 2 * 4 + 8 * 32 * nt * 4 * 4
 
 
 def supports(cfg, vocab: int) -> str | None:
@@ -241,7 +272,7 @@ class Decoder:
     """
 
     def __init__(self, model, B: int, vocab: int, seed: int, temperature: float, top_k: int,
-                 top_p: float, graph: bool | None = None):
+                 top_p: float, graph: bool | None = None, mma: bool | None = None):
         ops, cfg = model.ops, model.cfg
         why = supports(cfg, vocab)
         if why:
@@ -251,7 +282,12 @@ class Decoder:
         # the captured cuBLAS step needs attention_decode's kernel (fp32 keeps the reference path)
         blas_graph = BLAS_GRAPH and ops.decode_attention
         limit = GRAPH_MAX_BATCH if blas_graph else KERNEL_MAX_BATCH
-        self.use_graph = (B <= limit) if graph is None else graph
+        # mma: the kernel path's products on tensor cores (None: for GRAPH_MAX_BATCH < B <= MMA_MAX_BATCH)
+        if mma is None:
+            mma = graph is None and GRAPH_MAX_BATCH < B <= MMA_MAX_BATCH
+        self.mma = bool(mma) and mma_supports(cfg, ops.precision) is None
+        self.use_graph = (B <= limit or self.mma) if graph is None else graph
+        self.mma = self.mma and self.use_graph
         self.blas_graph = not self.use_graph and blas_graph
         S = cfg.context
         C, F, H, K, D, Vm = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size
@@ -299,17 +335,29 @@ class Decoder:
         self.CH = math.ceil(S / self.NS)
         self.part = cp.zeros((B * H * self.NS * (D + 2),), dtype=cp.float32)
         self.tickets = cp.zeros((B * H,), dtype=cp.int32)
-        R = _rows(B)
-        while R > 1 and R * max(C, F, H * D) * 4 > 160 * 1024:
-            R //= 2
-        self.R = R
         mod = _module(_FILE, self.ops.precision)
-        self.k_qkv = mod.get_function(f"dec_qkv_r{R}")
-        self.k_proj = mod.get_function(f"dec_proj_r{R}")
-        self.k_gu = mod.get_function(f"dec_gateup_r{R}")
         self.k_attn = mod.get_function(f"dec_attn_d{D}")
-        self.smem = {"C": R * C * 4, "F": R * F * 4, "A": R * H * D * 4}
-        for fn in (self.k_qkv, self.k_proj, self.k_gu):
+        if self.mma:     # one kernel per input width: its batch tile (NT x 8 rows) fits shared memory
+            width = {"C": C, "F": F, "A": H * D}
+            nt = {k: _mma_nt(B, w) for k, w in width.items()}
+            self.smem = {k: _mma_smem(nt[k], width[k]) for k in width}
+            self.k_qkv = mod.get_function(f"dec_qkv_m{nt['C']}")
+            self.k_gu = mod.get_function(f"dec_gateup_m{nt['C']}")
+            self.k_proj_w = {k: mod.get_function(f"dec_proj_m{nt[k]}") for k in width}
+            self.k_proj = self.k_proj_w["C"]
+            fns = [self.k_qkv, self.k_gu, *self.k_proj_w.values()]
+        else:
+            R = _rows(B)
+            while R > 1 and R * max(C, F, H * D) * 4 > 160 * 1024:
+                R //= 2
+            self.R = R
+            self.k_qkv = mod.get_function(f"dec_qkv_r{R}")
+            self.k_proj = mod.get_function(f"dec_proj_r{R}")
+            self.k_gu = mod.get_function(f"dec_gateup_r{R}")
+            self.k_proj_w = {k: self.k_proj for k in ("C", "F", "A")}
+            self.smem = {"C": R * C * 4, "F": R * F * 4, "A": R * H * D * 4}
+            fns = [self.k_qkv, self.k_proj, self.k_gu]
+        for fn in fns:
             need = max(self.smem.values())
             if need > 48 * 1024 and fn.max_dynamic_shared_size_bytes < need:
                 fn.max_dynamic_shared_size_bytes = need
@@ -347,24 +395,31 @@ class Decoder:
         S, eps, null = cfg.context, np.float32(cfg.norm_eps), np.uint64(0)
         i32 = np.int32
         wb = lambda n: ((n + 7) // 8,)                               # noqa: E731  one warp per item
+        if self.mma:     # a CTA per 16 output rows (8 RoPE or gate/up pairs)
+            g_qkv, g_gu = ((H + 2 * K) * D // 16,), ((F + 7) // 8,)
+            g_out = lambda n: ((n + 15) // 16,)                      # noqa: E731
+        else:            # a warp per output (pair), 8 warps a block
+            g_qkv, g_gu = wb((H + 2 * K) * D // 2), wb(F)
+            g_out = wb
+        kp = self.k_proj_w
         for i, L in enumerate(self.layers):
             kc, vc = self.cache[i]
             ids = self.sampler.ids if i == 0 else null
-            self._k(self.k_qkv, wb((H + 2 * K) * D // 2), (_THREADS,),
+            self._k(self.k_qkv, g_qkv, (_THREADS,),
                     (self.x, self.x if i == 0 else null, ids, self.wte, L["g1"], L["wqkv"], self.cos,
                      self.sin, self.q, kc, vc, self.state, i32(B), i32(C), i32(H), i32(K), i32(D),
                      i32(S), eps), self.smem["C"])
             self._k(self.k_attn, (B * H, self.NS), (128,),
                     (self.q, kc, vc, self.part, self.tickets, self.att, self.state, i32(H), i32(K),
                      i32(S), i32(self.CH), np.float32(self.scale_log2)))
-            self._k(self.k_proj, wb(C), (_THREADS,), (self.att, L["wo"], self.x, null, i32(B), i32(H * D),
-                                                      i32(C), i32(1), eps, null), self.smem["A"])
-            self._k(self.k_gu, wb(F), (_THREADS,), (self.x, L["g2"], L["wgu"], self.s, i32(B), i32(C), i32(F),
-                                                    eps), self.smem["C"])
-            self._k(self.k_proj, wb(C), (_THREADS,), (self.s, L["wd"], self.x, null, i32(B), i32(F), i32(C),
-                                                      i32(1), eps, null), self.smem["F"])
-        self._k(self.k_proj, wb(Vm), (_THREADS,), (self.x, self.head, self.logits, self.g_f, i32(B), i32(C),
-                                                   i32(Vm), i32(0), eps, self.state), self.smem["C"])
+            self._k(kp["A"], g_out(C), (_THREADS,), (self.att, L["wo"], self.x, null, i32(B), i32(H * D),
+                                                     i32(C), i32(1), eps, null), self.smem["A"])
+            self._k(self.k_gu, g_gu, (_THREADS,), (self.x, L["g2"], L["wgu"], self.s, i32(B), i32(C), i32(F),
+                                                   eps), self.smem["C"])
+            self._k(kp["F"], g_out(C), (_THREADS,), (self.s, L["wd"], self.x, null, i32(B), i32(F), i32(C),
+                                                     i32(1), eps, null), self.smem["F"])
+        self._k(kp["C"], g_out(Vm), (_THREADS,), (self.x, self.head, self.logits, self.g_f, i32(B), i32(C),
+                                                  i32(Vm), i32(0), eps, self.state), self.smem["C"])
 
     def _launch_step(self):
         self.sampler(self.logits, self.state, *self.sampling, launch=None if self.pdl is None else self._k)
