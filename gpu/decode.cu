@@ -126,6 +126,37 @@ __device__ __forceinline__ void warp_dot(const act_t* __restrict__ w, const vec8
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
 }
 
+// The qkv products' stores, shared by the warp and the tensor-core kernels: a q/k RoPE pair
+// (u1 at i, u2 at i + D/2) rotated at pos into q (fp32) or the key cache, or two v outputs (u1 at
+// i, u2 at i + vstep) into the value cache.
+__device__ __forceinline__ void qkv_store(float u1, float u2, bool rot, int head, int i, int vstep, int b, int pos,
+                                          const float* __restrict__ cosb, const float* __restrict__ sinb,
+                                          float* __restrict__ q, act_t* __restrict__ kc, act_t* __restrict__ vc,
+                                          int H, int K, int D, int S) {
+    const int hd = D / 2;
+    if (rot) {
+        float cs = cosb[(i64)pos * hd + i], sn = sinb[(i64)pos * hd + i];
+        float o1 = __fsub_rn(__fmul_rn(u1, cs), __fmul_rn(u2, sn));
+        float o2 = __fadd_rn(__fmul_rn(u2, cs), __fmul_rn(u1, sn));
+        if (head < H) {
+            float* qp = q + ((i64)b * H + head) * D;
+            qp[i] = o1; qp[i + hd] = o2;
+        } else {
+            act_t* kp = kc + (((i64)b * K + (head - H)) * S + pos) * D;
+            kp[i] = from_f(o1); kp[i + hd] = from_f(o2);
+        }
+    } else {
+        act_t* vp = vc + (((i64)b * K + head) * S + pos) * D;
+        vp[i] = from_f(u1); vp[i + vstep] = from_f(u2);
+    }
+}
+
+// SwiGLU of one gate/up pair: silu(ga) * up
+__device__ __forceinline__ float swiglu1(float ga, float up) {
+    float sig = 1.0f / (1.0f + expf(-ga));
+    return __fmul_rn(__fmul_rn(ga, sig), up);
+}
+
 // ------------------------------------------------------------------------------------------------
 // qkv: x (B, C) [or wte[ids]] -> RMSNorm(g) -> wt ((H+2K)D, C) -> RoPE(q, k) at pos;
 // q -> (B, H, D) fp32, k/v -> cache (B, K, S, D) row pos. A warp item is a pair of outputs:
@@ -167,22 +198,7 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
                 float u1 = 0.f, u2 = 0.f;
 #pragma unroll
                 for (int r = 0; r < R; r++) if (r == lane) { u1 = a1[r]; u2 = a2[r]; }
-                int b = b0 + lane;
-                if (item < n_rot) {
-                    float cs = cosb[(i64)pos * hd + i], sn = sinb[(i64)pos * hd + i];
-                    float o1 = __fsub_rn(__fmul_rn(u1, cs), __fmul_rn(u2, sn));
-                    float o2 = __fadd_rn(__fmul_rn(u2, cs), __fmul_rn(u1, sn));
-                    if (head < H) {
-                        float* qp = q + ((i64)b * H + head) * D;
-                        qp[i] = o1; qp[i + hd] = o2;
-                    } else {
-                        act_t* kp = kc + (((i64)b * K + (head - H)) * S + pos) * D;
-                        kp[i] = from_f(o1); kp[i + hd] = from_f(o2);
-                    }
-                } else {
-                    act_t* vp = vc + (((i64)b * K + head) * S + pos) * D;
-                    vp[i] = from_f(u1); vp[i + 1] = from_f(u2);
-                }
+                qkv_store(u1, u2, item < n_rot, head, i, 1, b0 + lane, pos, cosb, sinb, q, kc, vc, H, K, D, S);
             }
         }
         __syncthreads();
@@ -245,8 +261,7 @@ __device__ void dec_gateup_impl(const float* __restrict__ x, const act_t* __rest
                 float ga = 0.f, up = 0.f;
 #pragma unroll
                 for (int r = 0; r < R; r++) if (r == lane) { ga = a1[r]; up = a2[r]; }
-                float sig = 1.0f / (1.0f + expf(-ga));
-                s[(i64)(b0 + lane) * F + j] = __fmul_rn(__fmul_rn(ga, sig), up);
+                s[(i64)(b0 + lane) * F + j] = swiglu1(ga, up);
             }
         }
         __syncthreads();
@@ -429,22 +444,8 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
                 for (int e = 0; e < 2; e++) {
                     const int b = b0 + j * 8 + 2 * t + e;
                     if (b >= B) continue;
-                    const float u1 = acc[j][e], u2 = acc[j][2 + e];
-                    if (rot) {
-                        float cs = cosb[(i64)pos * hd + i], sn = sinb[(i64)pos * hd + i];
-                        float o1 = __fsub_rn(__fmul_rn(u1, cs), __fmul_rn(u2, sn));
-                        float o2 = __fadd_rn(__fmul_rn(u2, cs), __fmul_rn(u1, sn));
-                        if (head < H) {
-                            float* qp = q + ((i64)b * H + head) * D;
-                            qp[i] = o1; qp[i + hd] = o2;
-                        } else {
-                            act_t* kp = kc + (((i64)b * K + (head - H)) * S + pos) * D;
-                            kp[i] = from_f(o1); kp[i + hd] = from_f(o2);
-                        }
-                    } else {                  // rows g and g + 8: v outputs i and i + 8 of one head (D % 16 == 0)
-                        act_t* vp = vc + (((i64)b * K + head) * S + pos) * D;
-                        vp[i] = from_f(u1); vp[i + 8] = from_f(u2);
-                    }
+                    // v: rows g and g + 8 are outputs i and i + 8 of one head (D % 16 == 0)
+                    qkv_store(acc[j][e], acc[j][2 + e], rot, head, i, 8, b, pos, cosb, sinb, q, kc, vc, H, K, D, S);
                 }
         }
         __syncthreads();
@@ -515,9 +516,7 @@ __device__ void dec_gateup_mma_impl(const float* __restrict__ x, const act_t* __
                 for (int e = 0; e < 2; e++) {
                     const int b = b0 + jt * 8 + 2 * t + e;
                     if (b >= B) continue;
-                    const float ga = acc[jt][e], up = acc[jt][2 + e];
-                    const float sig = 1.0f / (1.0f + expf(-ga));
-                    s[(i64)b * F + j] = __fmul_rn(__fmul_rn(ga, sig), up);
+                    s[(i64)b * F + j] = swiglu1(acc[jt][e], acc[jt][2 + e]);
                 }
         }
         __syncthreads();
