@@ -65,6 +65,10 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]) :: "memory");
 }
+// named barriers (ids 1, 2; 0 is __syncthreads) over both warpgroups: sync waits, arrive does not
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
+
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -180,7 +184,10 @@ template <> struct Wg<128> {
 // on the tensor cores while the softmax of tile j runs (FlashAttention-3's pipelining within a
 // warpgroup; two score register sets, loads two tiles ahead, STAGES >= 3); otherwise each
 // product is waited for at once and a CTA's warps overlap only with other CTAs on the SM.
-template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW>
+// PP (two warpgroups, no OVERLAP): ping-pong, FlashAttention-3's scheduling across warpgroups:
+// the two take turns at the score product (named barriers 1 and 2: a warpgroup issues Q K^T
+// only after the other's has finished), so one's softmax runs while the other's products do.
+template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW, bool PP>
 __device__ __forceinline__ void flash_fwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
@@ -189,6 +196,7 @@ __device__ __forceinline__ void flash_fwd_h(
     constexpr int BM = 64 * WGS, NT = 128 * WGS, TILE = BN * D * 2;   // bytes of one K or V tile
     constexpr int AHEAD = OVERLAP ? 2 : 1;                            // tiles loaded ahead
     static_assert(STAGES >= AHEAD + 1, "a stage per tile in flight and the one being read");
+    static_assert(!PP || (WGS == 2 && !OVERLAP), "ping-pong takes two warpgroups, without OVERLAP");
     using L = Lay<D, SW>;
     extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than the tiles
     unsigned char* sQ = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BM][D]
@@ -235,6 +243,7 @@ __device__ __forceinline__ void flash_fwd_h(
         wgmma_commit();
     };
 
+    if constexpr (PP) { if (wg == 1) bar_arrive(1, 256); }   // warpgroup 0 goes first
     if (OVERLAP) {   // tile 0's scores before the loop
         cp_wait<AHEAD - 1>();
         fence_proxy_async();   // the cp.async writes, read next by the tensor cores (async proxy)
@@ -257,6 +266,15 @@ __device__ __forceinline__ void flash_fwd_h(
         fence_proxy_async();
         __syncthreads();
         const int n0 = j * BN;
+        if constexpr (PP) {      // my turn at the tensor cores; a warpgroup past its tiles still takes it
+            bar_sync(1 + wg, 256);
+            if (j < wtiles) {
+                scores(s, j);
+                wgmma_wait<0>();
+                fence_regs(s);
+            }
+            bar_arrive(2 - wg, 256);   // the other's turn
+        }
         if (j < wtiles) {
             float sn[OVERLAP ? BN / 2 : 1];
             const bool next = OVERLAP && j + 1 < wtiles;
@@ -264,7 +282,7 @@ __device__ __forceinline__ void flash_fwd_h(
 #pragma unroll
                 for (int i = 0; i < BN / 2; i++) sn[i] = 0.f;
                 if (next) scores(sn, j + 1);
-            } else {
+            } else if constexpr (!PP) {
                 scores(s, j);
                 wgmma_wait<0>();
                 fence_regs(s);
@@ -329,6 +347,7 @@ __device__ __forceinline__ void flash_fwd_h(
         }
         __syncthreads();   // every warpgroup is done with stage j before it is loaded again
     }
+    if constexpr (PP) { if (wg == 0) bar_sync(1, 256); }   // take warpgroup 1's last arrival
     // finish: divide by the row sums, write O and LSE
 #pragma unroll
     for (int rh = 0; rh < 2; rh++) {
@@ -347,20 +366,20 @@ __device__ __forceinline__ void flash_fwd_h(
     }
 }
 
-#define FWD_H(NAME, D, BN, WGS, STAGES, OVERLAP, SW, MINB)                                         \
+#define FWD_H(NAME, D, BN, WGS, STAGES, OVERLAP, SW, PP, MINB)                                     \
     extern "C" __global__ void __launch_bounds__(128 * WGS, MINB) NAME(                            \
         const act_t* Q, const act_t* K, const act_t* V, act_t* O, float* LSE, int H, int KH, int T, \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,     \
         i64 osb, i64 osh, i64 ost, float scale_log2) {                                             \
-        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW>(Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst,  \
+        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW, PP>(Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, \
                                                      ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost,  \
                                                      scale_log2);                                  \
     }
 
-// name, D, BN, warpgroups, stages, overlap, swizzle, CTAs per SM asked of the register allocator:
+// name, D, BN, warpgroups, stages, overlap, swizzle, ping-pong, CTAs per SM asked of the register allocator:
 // the shipped kernel per head dim (cuda_ops.FLASH_FWD_HOPPER). The other tiles, timed by
 // benchmarks/kernels/flash_attn.py, are instantiated in benchmarks/kernels/flash_hopper_variants.cu.
-FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, 2)
-FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, 1)
+FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, false, 2)
+FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, false, 1)
 
 #endif
