@@ -5,6 +5,7 @@
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
 #     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL off / on and
 #                                                # 16, 64 with the cuBLAS step / the tensor-core kernels
+#     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto and 0.1 side by side
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 3 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
@@ -36,6 +37,12 @@ if [ "$only" = pdl ]; then
     step "generation, PDL off / on, cuBLAS step / tensor-core kernels"
     timeout 360 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4,16,64 --tokens 512 --pdl --mma --rounds 3 \
         > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
+    exit 0
+fi
+if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed
+    step "attention kernels against SDPA"
+    timeout 420 python3 benchmarks/kernels/flash_attn.py --json "$OUT/flash_attn.json" > "$OUT/flash_attn.log" 2>&1
+    echo "rc=$?"; tail -n 30 "$OUT/flash_attn.log"
     exit 0
 fi
 if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemodel data get linux-docs`' folder)
