@@ -400,8 +400,44 @@ __device__ void mma_tile(const uint4* wa, const uint4* wb, const act_t* xh, int 
     __syncthreads();
 }
 
+// The loop every tensor-core product shares: this thread's rows ra and rb (the tile's rows g and
+// g + 8) read before PDL_WAIT, then for each NT x 8 batch rows: stage the input (stage_h's
+// arguments), the tile, and store(b, value of row ra, value of row rb) for each batch row b < B
+// this thread holds (warp 0 only).
+template <int NT, class Store>
+__device__ __forceinline__ void mma_rows(const act_t* __restrict__ wt, int ra, int rb, int Cin, int B,
+                                         const float* __restrict__ x, const act_t* __restrict__ wte,
+                                         const int* __restrict__ ids, float* xw, const act_t* __restrict__ gn,
+                                         float eps, Store store) {
+    extern __shared__ float smem[];
+    PDL_LAUNCH();
+    uint4 wa[MC], wb[MC];
+    fetch_chunks(wt, ra, rb, Cin, wa, wb);
+    PDL_WAIT();                                   // the input, the cache and pos: the kernels before
+    const int NB = NT * 8, t = threadIdx.x & 3;
+    act_t* xh = reinterpret_cast<act_t*>(smem);
+    float* red = smem + (NB * (Cin + XPAD) + 1) / 2;
+    for (int b0 = 0; b0 < B; b0 += NB) {
+        stage_h(xh, x, wte, ids, xw, B, b0, NB, Cin, gn, eps);
+        __syncthreads();
+        float acc[NT][4];
+        mma_tile<NT>(wa, wb, xh, Cin, red, acc);
+        if ((threadIdx.x >> 5) == 0) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int b = b0 + j * 8 + 2 * t + e;
+                    if (b < B) store(b, acc[j][e], acc[j][2 + e]);
+                }
+        }
+        __syncthreads();
+    }
+}
+
 // qkv on tensor cores: CTA i < (H + K) * D / 16 owns 8 RoPE pairs (i0 + g, i0 + g + D/2) of a q or
-// k head; the next K * D / 16 CTAs own 16 consecutive v outputs
+// k head; the next K * D / 16 CTAs own 16 consecutive v outputs (rows g and g + 8: outputs i and
+// i + 8 of one head, D % 16 == 0)
 template <int NT>
 __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const int* __restrict__ ids,
                                  const act_t* __restrict__ wte, const act_t* __restrict__ gn,
@@ -409,10 +445,7 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
                                  const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
                                  act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
                                  int K, int D, int S, float eps) {
-    extern __shared__ float smem[];
-    PDL_LAUNCH();
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, hd = D / 2;
-    const int n_rot = (H + K) * D / 16;
+    const int g = (threadIdx.x & 31) >> 2, hd = D / 2, n_rot = (H + K) * D / 16;
     const bool rot = (int)blockIdx.x < n_rot;
     int head, i, ra, rb;
     if (rot) {
@@ -421,35 +454,13 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
         i = (blockIdx.x - head * per) * 8 + g;
         ra = head * D + i; rb = ra + hd;
     } else {
-        const int v = (blockIdx.x - n_rot) * 16 + g;   // v output index of row g (row g + 8: v + 8)
+        const int v = (blockIdx.x - n_rot) * 16 + g;
         head = v / D; i = v - head * D;
         ra = (H + K) * D + v; rb = ra + 8;
     }
-    uint4 wa[MC], wb[MC];
-    fetch_chunks(wt, ra, rb, C, wa, wb);
-    PDL_WAIT();
-    const int pos = state[0];
-    const int NB = NT * 8;
-    act_t* xh = reinterpret_cast<act_t*>(smem);
-    float* red = smem + (NB * (C + XPAD) + 1) / 2;
-    for (int b0 = 0; b0 < B; b0 += NB) {
-        stage_h(xh, x, wte, ids, xw, B, b0, NB, C, gn, eps);
-        __syncthreads();
-        float acc[NT][4];
-        mma_tile<NT>(wa, wb, xh, C, red, acc);
-        if ((threadIdx.x >> 5) == 0) {
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int b = b0 + j * 8 + 2 * t + e;
-                    if (b >= B) continue;
-                    // v: rows g and g + 8 are outputs i and i + 8 of one head (D % 16 == 0)
-                    qkv_store(acc[j][e], acc[j][2 + e], rot, head, i, 8, b, pos, cosb, sinb, q, kc, vc, H, K, D, S);
-                }
-        }
-        __syncthreads();
-    }
+    mma_rows<NT>(wt, ra, rb, C, B, x, wte, ids, xw, gn, eps, [&](int b, float u1, float u2) {
+        qkv_store(u1, u2, rot, head, i, 8, b, state[0], cosb, sinb, q, kc, vc, H, K, D, S);
+    });
 }
 
 // out (+)= in . wt on tensor cores (wo, w_down; the LM head with RMSNorm(g), bumping pos and t):
@@ -458,34 +469,18 @@ template <int NT>
 __device__ void dec_proj_mma_impl(const float* __restrict__ in, const act_t* __restrict__ wt, float* out,
                                   const act_t* __restrict__ gn, int B, int Cin, int Cout, int accumulate,
                                   float eps, int* state) {
-    extern __shared__ float smem[];
-    PDL_LAUNCH();
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int oa = blockIdx.x * 16 + g, ob = oa + 8;
-    uint4 wa[MC], wb[MC];
-    fetch_chunks(wt, min(oa, Cout - 1), min(ob, Cout - 1), Cin, wa, wb);
-    PDL_WAIT();
-    const int NB = NT * 8;
-    act_t* xh = reinterpret_cast<act_t*>(smem);
-    float* red = smem + (NB * (Cin + XPAD) + 1) / 2;
-    for (int b0 = 0; b0 < B; b0 += NB) {
-        stage_h(xh, in, nullptr, nullptr, nullptr, B, b0, NB, Cin, gn, eps);
-        __syncthreads();
-        float acc[NT][4];
-        mma_tile<NT>(wa, wb, xh, Cin, red, acc);
-        if ((threadIdx.x >> 5) == 0) {
+    const int oa = blockIdx.x * 16 + ((threadIdx.x & 31) >> 2), ob = oa + 8;
+    mma_rows<NT>(wt, min(oa, Cout - 1), min(ob, Cout - 1), Cin, B, in, nullptr, nullptr, nullptr, gn, eps,
+                 [&](int b, float ua, float ub) {
+        const int o2[2] = {oa, ob};
+        const float u[2] = {ua, ub};
 #pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int b = b0 + j * 8 + 2 * t + (e & 1), o = e < 2 ? oa : ob;
-                    if (b >= B || o >= Cout) continue;
-                    float* p = out + (i64)b * Cout + o;
-                    *p = accumulate ? __fadd_rn(*p, acc[j][e]) : acc[j][e];
-                }
+        for (int r = 0; r < 2; r++) {
+            if (o2[r] >= Cout) continue;
+            float* p = out + (i64)b * Cout + o2[r];
+            *p = accumulate ? __fadd_rn(*p, u[r]) : u[r];
         }
-        __syncthreads();
-    }
+    });
     if (state && blockIdx.x == 0 && threadIdx.x == 0) { state[0] += 1; state[1] += 1; }
 }
 
@@ -494,33 +489,10 @@ template <int NT>
 __device__ void dec_gateup_mma_impl(const float* __restrict__ x, const act_t* __restrict__ gn,
                                     const act_t* __restrict__ wt, float* __restrict__ s, int B, int C, int F,
                                     float eps) {
-    extern __shared__ float smem[];
-    PDL_LAUNCH();
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int j = blockIdx.x * 8 + g;
-    uint4 wa[MC], wb[MC];
-    fetch_chunks(wt, min(j, F - 1), F + min(j, F - 1), C, wa, wb);
-    PDL_WAIT();
-    const int NB = NT * 8;
-    act_t* xh = reinterpret_cast<act_t*>(smem);
-    float* red = smem + (NB * (C + XPAD) + 1) / 2;
-    for (int b0 = 0; b0 < B; b0 += NB) {
-        stage_h(xh, x, nullptr, nullptr, nullptr, B, b0, NB, C, gn, eps);
-        __syncthreads();
-        float acc[NT][4];
-        mma_tile<NT>(wa, wb, xh, C, red, acc);
-        if ((threadIdx.x >> 5) == 0 && j < F) {
-#pragma unroll
-            for (int jt = 0; jt < NT; jt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int b = b0 + jt * 8 + 2 * t + e;
-                    if (b >= B) continue;
-                    s[(i64)b * F + j] = swiglu1(acc[jt][e], acc[jt][2 + e]);
-                }
-        }
-        __syncthreads();
-    }
+    const int j = blockIdx.x * 8 + ((threadIdx.x & 31) >> 2), jr = min(j, F - 1);
+    mma_rows<NT>(wt, jr, F + jr, C, B, x, nullptr, nullptr, nullptr, gn, eps, [&](int b, float ga, float up) {
+        if (j < F) s[(i64)b * F + j] = swiglu1(ga, up);
+    });
 }
 
 #define DEC_MMA_KERNELS(NT)                                                                          \
