@@ -181,6 +181,49 @@ def test_a_file_from_before_the_stride_still_decodes():
     assert bmz.decompress(lm, blob) == (ROOT / "tests/fixtures/adapt_v1.txt").read_bytes()
 
 
+def test_a_file_from_the_fifth_session_still_decodes():
+    # tests/fixtures/adapt_v2.txt.bmz: made by `bmz.compress(Fresh("tiny"), text, adapt=settings(lm),
+    # streams=2)` at b327d1d (stride 8, window 16 in one lane, the mixer on its thread)
+    blob = (ROOT / "tests/fixtures/adapt_v2.txt.bmz").read_bytes()
+    h = bmz.read(blob)[0]
+    assert h["adapt"]["stride"] == 8 and h["layout"]["window"] == 16 and h["adapt"]["mix"] == "ctx2"
+    lm = Fresh("tiny")
+    here = lm.model.ops.describe()
+    if {k: h["backend"].get(k) for k in here} != here:          # the float bits are NumPy's and BLAS's
+        pytest.skip(f"the fixture was made with {h['backend']}; this machine has {here}")
+    text = (ROOT / "tests/fixtures/adapt_v2.txt").read_bytes()
+    assert bmz.decompress(lm, blob) == text
+    assert bmz.compress(lm, text, adapt=settings(lm), streams=2) == blob    # and today's code makes the same bytes
+
+
+def test_the_cli_keeps_freed_memory_on_glibc(tmp_path):
+    # cli/compress._roomy_malloc: the same compression in two processes, with and without it; with
+    # it the process faults far fewer pages in (the mixer's large temporaries are reused, not handed
+    # back to the kernel each step). Page faults, not time: the count does not depend on the load.
+    import platform
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    f = tmp_path / "t.txt"
+    f.write_bytes((ROOT / "docs/ARCHITECTURE.md").read_bytes()[:8000])
+    script = """
+import resource, sys
+import bytemodel.compress.driver as bmz
+from bytemodel.cli.compress import _roomy_malloc
+from bytemodel.compress.adapt import Fresh, settings
+if sys.argv[1] == "roomy":
+    assert _roomy_malloc()
+lm, data = Fresh("tiny"), open(sys.argv[2], "rb").read()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+blob = bmz.compress(lm, data, adapt=settings(lm))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0, len(blob))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = {m: subprocess.run([sys.executable, "-c", script, m, str(f)], capture_output=True, text=True, env=env,
+                             check=True).stdout.split() for m in ("plain", "roomy")}
+    assert out["plain"][1] == out["roomy"][1]                    # (the same file either way)
+    assert int(out["roomy"][0]) < int(out["plain"][0]) / 2, out   # 8 KB: ~12,000 against ~59,000
+
+
 def test_the_mixer_thread_changes_no_bit(fresh, monkeypatch):
     from bytemodel.compress import driver
     data = TEXT[:500]

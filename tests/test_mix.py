@@ -188,3 +188,19 @@ def test_each_mixer_round_trips_and_its_name_decides(mix):
     header["adapt"]["mix"] = other
     with pytest.raises(CompressError):
         bmz.decompress(Fresh("tiny", **small), _pack(header, payload))
+
+
+def test_ctx2_keys_at_once_are_ctx1s_keys_one_by_one():
+    # ContextMix2._keys computes every token context's key in one pass; they must be the very
+    # integers ctx1's _key gives context by context (the rows and checks are the format), at the
+    # start (contexts reaching before the stream: A) and later, with streams that ended
+    L = np.array([40, 40, 39, 12])
+    mx = M2.ContextMix2(L, 256)
+    mx.hist[:] = np.random.default_rng(3).integers(0, 256, mx.hist.shape)
+    for t in (0, 1, 2, 5, 7, 8, 9, 20, 38):
+        active = int(np.count_nonzero(L > t))
+        back, multi = mx._keys(t, active)
+        for n, i in enumerate(mx.multi):
+            assert np.array_equal(multi[:, n], mx._key(t, active, M2.CONTEXTS[i], i + 1)), (t, i)
+        for i, j in zip(mx.single, mx.single_j):
+            assert np.array_equal(back[:, j], mx._key(t, active, M2.CONTEXTS[i], i + 1)), (t, i)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import mix as ctx1
-from .mix import _LOG_C, ContextMix
+from .mix import _LOG_C, _P, ContextMix
 
 NAME = "ctx2"
 CONTEXTS = ctx1.CONTEXTS + ((1, 2, 3, 4, 5, 6, 7, 8),)
@@ -70,6 +70,34 @@ class ContextMix2(ContextMix):
         del self.W
         self.Wc = np.zeros((K, 2 * CONF_BUCKETS))                 # each context's weight by its class
         self.V = np.full((self.CHAIN + 1, SETS), 1.0 / SETS)     # the final layer, by order
+        # the token contexts' keys all at once (_keys): which tokens back each reads, by its k-th token
+        self.depth = max(max(c) for c in CONTEXTS)
+        multi = [i for i, c in enumerate(CONTEXTS) if len(c) > 1]
+        self.multi = np.array(multi, dtype=np.int64)
+        self.single = np.array([i for i, c in enumerate(CONTEXTS) if len(c) == 1], dtype=np.int64)
+        self.single_j = np.array([CONTEXTS[i][0] for i in self.single], dtype=np.int64)
+        self.by_k = [(np.array([n for n, i in enumerate(multi) if len(CONTEXTS[i]) > k]),
+                      np.array([CONTEXTS[i][k] for i in multi if len(CONTEXTS[i]) > k], dtype=np.int64))
+                     for k in range(max(len(CONTEXTS[i]) for i in multi))]
+        self.salts = (self.multi + 1).astype(np.uint64)
+
+    def _keys(self, t: int, active: int):
+        """The keys of every token context before step t, as ctx1's _key computes them one by one
+        (the same integers: the hash's sums and products are modulo 2^64, whatever their grouping):
+        -> (back (active, depth + 1) int64: column j the token j back, A before the start;
+        multi (active, len(self.multi)) uint64: the hashed contexts' keys)."""
+        back = np.full((active, self.depth + 1), self.A, dtype=np.int64)
+        j0 = max(1, t + 1 - self.depth)                 # the oldest column read
+        if t >= 1:
+            back[:, t + 1 - np.arange(j0, t + 1)] = self.hist[:active, j0:t + 1]
+        v = back.astype(np.uint64)
+        h = np.broadcast_to(self.salts, (active, len(self.salts))).copy()
+        for cols, js in self.by_k:                      # the k-th token of every context that has one
+            h[:, cols] = h[:, cols] * _P + v[:, js] + js.astype(np.uint64)
+        h ^= h >> np.uint64(29)
+        h *= _P
+        h ^= h >> np.uint64(32)
+        return back, h
 
     def prepare(self, t: int, active: int) -> None:
         """The part of step t's prediction that the network's does not enter (predict does it if not
@@ -80,25 +108,25 @@ class ContextMix2(ContextMix):
         X[:, 1] = np.log((self.c0 + 0.5) / (self.c0.sum() + 0.5 * A))
         rows = np.empty((active, K), dtype=np.int64)
         chk = np.zeros((active, K), dtype=np.uint16)
-        for i in range(K):
-            h = self._key(t, active, CONTEXTS[i], i + 1) if i < len(CONTEXTS) else self._word_key(active, i)
-            if self.hashed[i]:
-                rows[:, i] = (h % np.uint64(self.R)).astype(np.int64)
-                chk[:, i] = ((h >> np.uint64(48)) | np.uint64(1)).astype(np.uint16)
-            else:
-                rows[:, i] = h
+        back, hm = self._keys(t, active)
+        hw = np.stack([self._word_key(active, i) for i in range(len(CONTEXTS), K)], axis=1)
+        rows[:, self.single] = back[:, self.single_j]
+        for idx, h in ((self.multi, hm), (np.arange(len(CONTEXTS), K), hw)):
+            rows[:, idx] = (h % np.uint64(self.R)).astype(np.int64)
+            chk[:, idx] = ((h >> np.uint64(48)) | np.uint64(1)).astype(np.uint16)
         rows += self.offset
         bad = self.check[rows] != chk                                  # owned by another context: empty
         cnt = self.table[rows]                                         # (active, K, A)
         cnt[bad] = 0
         counts = self.total[rows].astype(np.float64)
         counts[bad] = 0.0
-        np.subtract(_LOG_C[cnt], np.log(counts + ctx1.ALPHA * A)[:, :, None], out=X[:, 2:])
+        np.take(_LOG_C, cnt, out=X[:, 2:])                             # log(c + ALPHA) - log(N + ALPHA A)
+        X[:, 2:] -= np.log(counts + ctx1.ALPHA * A)[:, :, None]
         seen = counts[:, :C] > 0
         order = np.where(seen.any(axis=1), C - np.argmax(seen[:, ::-1], axis=1), 0)   # 0: none seen
         n_top = np.where(order > 0, counts[s, np.maximum(order - 1, 0)], 0.0)
         bucket = np.minimum(np.log2(n_top + 1).astype(np.int64) // 2, ctx1.N_BUCKETS - 1)
-        prev = self._key(t, active, (1,), 0).astype(np.int64)        # the previous token (A before the start)
+        prev = back[:, 1]                                              # the previous token (A before the start)
         sel = np.stack([order * ctx1.N_BUCKETS + bucket, prev], axis=1) + self.base   # (active, SETS) rows of Ws
         nb = np.minimum(np.log2(counts + 1).astype(np.int64), CONF_BUCKETS - 1)
         cls = 2 * nb + ((cnt.max(axis=2) == counts) & (counts > 0))   # (active, K)
