@@ -61,7 +61,9 @@ _PAIRS = "AT CG RY KM BV DH SS WW NN"
 _COMP_FROM = "".join(p[0] + p[1] for p in _PAIRS.split()) + "U*-."
 _COMP_TO = "".join(p[1] + p[0] for p in _PAIRS.split()) + "A*-."
 _COMP = bytes.maketrans((_COMP_FROM + _COMP_FROM.lower()).encode(), (_COMP_TO + _COMP_TO.lower()).encode())
-_NOT_NUCLEOTIDE = re.compile(rb"[^ACGTURYKMBVDHSWNacgturykmbvdhswn*\-.]")
+_NUCLEOTIDE = b"ACGTURYKMBVDHSWNacgturykmbvdhswn*-."
+NUCLEOTIDE_CODES = frozenset(_NUCLEOTIDE)   # the bytes that have a reverse complement
+_NOT_NUCLEOTIDE = re.compile(b"[^" + re.escape(_NUCLEOTIDE) + b"]")
 
 
 def reverse_complement(seq: bytes) -> bytes:

@@ -198,8 +198,7 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
             notes = ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
-    train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
-    resolve(tc, resolve_device(tc.device), train_bytes, cores())
+    resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores())
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout,
@@ -208,7 +207,9 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     return dataclasses.replace(run, notes=notes + run.notes) if notes else run
 
 
-_NUCLEOTIDE = frozenset(b"ACGTURYKMBVDHSWNacgturykmbvdhswn*-.")
+def _train_bytes(corpus) -> int:
+    """The training part's bytes, estimated from its share of the tokens."""
+    return int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
 
 
 def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
@@ -219,7 +220,7 @@ def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
     autoconf.auto_revcomp says so for the run's device and training bytes, and every byte of the
     data is a nucleotide code (a protein FASTA has no reverse complement)."""
     from ..readers import detect, get_reader, source_files
-    from ..readers.fasta import FastaReader
+    from ..readers.fasta import NUCLEOTIDE_CODES, FastaReader
     if tc.reader:
         reader = get_reader(tc.reader)
         if reader.augments or not isinstance(reader, FastaReader) or "revcomp" in reader.options:
@@ -230,11 +231,10 @@ def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
         if not found or not all(isinstance(r, FastaReader) for r in found):
             return None, False
         options = {}
-    train_bytes = int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
-    if not auto_revcomp(train_bytes, tc.device):
+    if not auto_revcomp(_train_bytes(corpus), tc.device):
         return None, False
     from ..runinfo import byte_values
-    if not set(byte_values(corpus.train, tok)) <= _NUCLEOTIDE:
+    if not set(byte_values(corpus.train, tok)) <= NUCLEOTIDE_CODES:
         return None, False
     return FastaReader(**{**options, "revcomp": True}), True
 
