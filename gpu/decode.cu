@@ -151,6 +151,21 @@ __device__ __forceinline__ void qkv_store(float u1, float u2, bool rot, int head
     }
 }
 
+// The two qkv weight rows of a thread's pair, and the head and index within it that qkv_store
+// takes: RoPE pair p (rot: p < (H + K) * D / 2; rows i and i + D/2 of a q or k head) or v outputs
+// p and p + vstep (rows (H + K) * D + p and + vstep).
+__device__ __forceinline__ void qkv_rows(bool rot, int p, int vstep, int H, int K, int D, int& head, int& i,
+                                         int& ra, int& rb) {
+    const int hd = D / 2;
+    if (rot) {
+        head = p / hd; i = p - head * hd;
+        ra = head * D + i; rb = ra + hd;
+    } else {
+        head = p / D; i = p - head * D;
+        ra = (H + K) * D + p; rb = ra + vstep;
+    }
+}
+
 // SwiGLU of one gate/up pair: silu(ga) * up
 __device__ __forceinline__ float swiglu1(float ga, float up) {
     float sig = 1.0f / (1.0f + expf(-ga));
@@ -175,14 +190,8 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
     const int item = blockIdx.x * DEC_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     int j1, j2, head, i;
-    if (item < n_rot) {
-        head = item / hd; i = item - head * hd;
-        j1 = head * D + i; j2 = j1 + hd;
-    } else {
-        int v = 2 * (item - n_rot);               // v output index (0 .. K*D-1), even
-        head = v / D; i = v - head * D;
-        j1 = (H + K) * D + v; j2 = j1 + 1;
-    }
+    if (item < n_rot) qkv_rows(true, item, 1, H, K, D, head, i, j1, j2);
+    else qkv_rows(false, 2 * (item - n_rot), 1, H, K, D, head, i, j1, j2);   // v output index, even
     vec8 w1[NCH], w2[NCH];
     if (item < n_items) { fetch_row(wt + (i64)j1 * C, C, w1); fetch_row(wt + (i64)j2 * C, C, w2); }
     PDL_WAIT();                                   // x, ids, the cache and pos: the kernels before
@@ -445,19 +454,10 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
                                  const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
                                  act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
                                  int K, int D, int S, float eps) {
-    const int g = (threadIdx.x & 31) >> 2, hd = D / 2, n_rot = (H + K) * D / 16;
+    const int g = (threadIdx.x & 31) >> 2, n_rot = (H + K) * D / 16;
     const bool rot = (int)blockIdx.x < n_rot;
-    int head, i, ra, rb;
-    if (rot) {
-        const int per = hd / 8;                   // pair groups of 8 in a head
-        head = blockIdx.x / per;
-        i = (blockIdx.x - head * per) * 8 + g;
-        ra = head * D + i; rb = ra + hd;
-    } else {
-        const int v = (blockIdx.x - n_rot) * 16 + g;
-        head = v / D; i = v - head * D;
-        ra = (H + K) * D + v; rb = ra + 8;
-    }
+    int head, i, ra, rb;                          // pair 8 blockIdx + g (hd % 8 == 0: one head a CTA)
+    qkv_rows(rot, rot ? blockIdx.x * 8 + g : (blockIdx.x - n_rot) * 16 + g, 8, H, K, D, head, i, ra, rb);
     mma_rows<NT>(wt, ra, rb, C, B, x, wte, ids, xw, gn, eps, [&](int b, float u1, float u2) {
         qkv_store(u1, u2, rot, head, i, 8, b, state[0], cosb, sinb, q, kc, vc, H, K, D, S);
     });

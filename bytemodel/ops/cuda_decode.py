@@ -9,7 +9,8 @@ Generator.choice does on the CPU (see decode/generate.py).
 
 Up to GRAPH_MAX_BATCH sequences the products are warp-per-output dot products over transposed
 weight copies (made once per Decoder); with MMA_MAX_BATCH set, batches above that up to it use the
-same kernel path with the products on tensor cores (dec_*_m*, off by default until measured). Above it the step is the backend's own ops (cuBLAS products,
+same kernel path with the products on tensor cores (dec_*_m*, off by default until measured).
+Above that the step is the backend's own ops (cuBLAS products,
 as Model.forward_cached runs them) with the two position-dependent pieces, RoPE's row and the
 cache write, read from device memory (gpu/step.cu), so that step too is captured once as a graph
 and replayed; its products go through the decoder's own cuBLAS handle by ctypes (_RawBlas), since
@@ -344,7 +345,6 @@ class Decoder:
             self.k_qkv = mod.get_function(f"dec_qkv_m{nt['C']}")
             self.k_gu = mod.get_function(f"dec_gateup_m{nt['C']}")
             self.k_proj_w = {k: mod.get_function(f"dec_proj_m{nt[k]}") for k in width}
-            self.k_proj = self.k_proj_w["C"]
             fns = [self.k_qkv, self.k_gu, *self.k_proj_w.values()]
         else:
             R = _rows(B)
