@@ -5,6 +5,10 @@ float32 summation order over <= 2k terms (1e-4 relative to the logits' scale, fa
 seen, far below a wrong index or a missed key); fp16 weights and cache vs float64: 2e-2 (fp16
 rounding of weights and cache, ~3 significant digits, through 1-3 layers, growing with the
 cache: up to 2.8e-2 seen at 230 cached keys; 6e-2 bounds it and still catches a wrong key or head).
+The tensor-core products (mma) round their input to fp16 as the cuBLAS step does, and land where it
+does: on config 2 (weights x4) the cuBLAS step is 0.088 of the logits' scale from float64, the mma
+path 0.060-0.109 (B 1, 16, 64; H200, 2026-12-02): 0.15 bounds it there; a wrong fragment, operand
+or row gives noise at the logits' own scale (>= 0.5).
 """
 import numpy as np
 import pytest
@@ -31,6 +35,8 @@ def models(cfg, precision, seed=0):
     gpu.load_flat(host)
     return ref, gpu
 
+
+MMA_FP16_TOL = 0.15     # the tensor-core path at fp16 against float64 (see the docstring)
 
 CONFIGS = [
     dict(vocab_size=257, d_model=64, n_layers=2, n_heads=4, d_ff=96, context=200),                 # D 16
@@ -75,7 +81,7 @@ def test_decode_steps_match_numpy(ci, B, precision, tol, mma):
         err = np.abs(got - want).max() / np.abs(want).max()
         worst = max(worst, err)
         assert np.isfinite(got).all()
-        assert err < tol, (s, err)
+        assert err < (MMA_FP16_TOL if mma else tol), (s, err)
     assert int(cp.asnumpy(d.state)[0]) == cfg.context
 
 

@@ -374,8 +374,9 @@ class Decoder:
             from .cuda_launch import Launcher
             launcher = Launcher()
             flag = cp.zeros((1,), dtype=cp.int32)
+            cp.cuda.Stream.null.synchronize()       # the zeros (null stream) before the probe (self.stream)
             probe = _module(_FILE, self.ops.precision).get_function("dec_pdl_probe")
-            launcher(probe.ptr, (1,), (32,), (flag,), 0, self.stream.ptr)
+            launcher(probe.kernel.ptr, (1,), (32,), (flag,), 0, self.stream.ptr)
             self.stream.synchronize()
             return launcher if int(flag[0]) == 1 else None
         except Exception:       # no driver entry point, no handle: the ordinary launches
@@ -386,7 +387,7 @@ class Decoder:
         if self.pdl is None:
             fn(grid, block, args, shared_mem=shared_mem)
         else:
-            self.pdl(fn.ptr, grid, block, args, shared_mem, self.stream.ptr)
+            self.pdl(fn.kernel.ptr, grid, block, args, shared_mem, self.stream.ptr)   # RawKernel -> CUfunction
 
     def _launch_model(self):
         """Feed sampler.ids through the model at state[0]: logits, then pos += 1, t += 1."""
