@@ -20,6 +20,6 @@ FWD_H(flash_fwd_h128_cs, 128, 64, 1, 2, false, 1, false, 2)
 FWD_H(flash_fwd_h128_ds, 128, 64, 1, 3, true, 1, false, 2)
 FWD_H(flash_fwd_h128_es, 128, 64, 2, 3, true, 1, false, 1)
 FWD_H(flash_fwd_h64_bsp, 64, 64, 2, 2, false, 1, true, 2)
-FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)
+FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, false, 1)       // shipped until the ping-pong tile beat it
 FWD_H(flash_fwd_h128_asp, 128, 64, 2, 2, false, 1, true, 1)
 #endif
