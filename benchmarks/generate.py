@@ -13,7 +13,7 @@ Start-up from the command line (`--startup`): `bytemodel generate --bytes 1` wal
 process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
-    python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL off / on
+    python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL on (default) / off
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
@@ -169,9 +169,9 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.MMA_MAX_BATCH = 64
         r = time_ours(name, args.device, args.precision, args.tokens, n)
-    elif kind == "ours-pdl":          # the kernel path with programmatic dependent launch (cuda_decode.PDL)
+    elif kind == "ours-nopdl":        # the kernel path without programmatic dependent launch (cuda_decode.PDL)
         from bytemodel.ops import cuda_decode
-        cuda_decode.PDL = True
+        cuda_decode.PDL = False
         r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-launched":     # above GRAPH_MAX_BATCH: the cuBLAS step launched from Python, as before
         from bytemodel.ops import cuda_decode
@@ -206,7 +206,7 @@ def main():
     ap.add_argument("--mma", action="store_true",
                     help="also ours with the tensor-core kernel path for 4 < N <= 64 (cuda_decode.MMA_MAX_BATCH)")
     ap.add_argument("--pdl", action="store_true",
-                    help="also ours with programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
+                    help="also ours without programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -235,7 +235,7 @@ def main():
         if args.mma:
             sides += [("ours-mma", int(n)) for n in args.samples.split(",") if 4 < int(n) <= 64]
         if args.pdl:
-            sides += [("ours-pdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
+            sides += [("ours-nopdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
         if args.graph_max_batch:
             sides += [(f"ours-b{args.graph_max_batch}", int(n)) for n in args.samples.split(",")
                       if int(n) > 16]

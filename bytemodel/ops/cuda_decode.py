@@ -37,15 +37,16 @@ GRAPH_MAX_BATCH = 4            # these kernels up to this batch, above it the ca
 KERNEL_MAX_BATCH = 64          # where the captured step is not available (fp32, BLAS_GRAPH off) these kernels
                                # still beat the cuBLAS step launched from Python (~8 ms a step) up to here
 GRAPH_STEPS = 1                # steps captured per graph (a launch replays this many)
-PDL = False                    # True (or BYTEMODEL_PDL=1): the kernel path's launches with programmatic
-                               # dependent launch on compute capability 9.0+ (ops/cuda_launch.py): each kernel
-                               # reads its weights while the one before finishes; the same bits. Off until
-                               # measured on a device (benchmarks/generate.py --pdl; tests/test_decode_gpu.py)
+PDL = True                     # the kernel path's launches with programmatic dependent launch on compute
+                               # capability 9.0+ (ops/cuda_launch.py): each kernel reads its weights while the
+                               # one before finishes; the same bits. H200, base fp16: batch 1 2,867 -> 3,449
+                               # tokens/s, batch 4 level (benchmarks/README.md). False (or BYTEMODEL_PDL=0): off
 BLAS_GRAPH = True              # above GRAPH_MAX_BATCH: the cuBLAS step captured as a graph (gpu/step.cu makes
                                # it position-free); False: the same ops launched from Python every step
 MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel path with tensor-core products
-                               # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off until a
-                               # device has measured it (benchmarks/generate.py --mma; tests/test_decode_gpu.py)
+                               # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off, as measured
+                               # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
+                               # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -368,7 +369,7 @@ class Decoder:
         kernel launched that way ran), else None: the ordinary launches."""
         import os
         from . import gpu_capability
-        if not (PDL or os.environ.get("BYTEMODEL_PDL") == "1") or gpu_capability() < (9, 0):
+        if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
             return None
         try:
             from .cuda_launch import Launcher
