@@ -22,6 +22,9 @@ Options:
   (width x height the whole image's, x,y the tile's top-left pixel), so a pixel's neighbour above
   is N pixels back instead of a whole image row: within a model's context. The writer reassembles
   the image from the tiles it finds (pixel-exact for the reader's own documents, joined).
+  ``tile=0``: whole rows, as without the option. A training run whose images have rows longer
+  than its context and whose reader leaves tile unset takes ``tile=32`` (training/autoconf.py,
+  ``auto_tile``) and records it, so scoring and compressing with the run read the same view.
 
 ``write`` turns ANY byte string into a valid image: it parses the header; if the header is
 missing or garbled (unknown mode, a side of 0 or above 4096) it falls back to the reader's
@@ -52,8 +55,8 @@ MAX_TILE = 4096
 
 def parse_tile(s: str) -> int:
     n = int(s)
-    if not 1 <= n <= MAX_TILE:
-        raise ValueError(f"tile must be 1..{MAX_TILE} pixels, got {n}")
+    if not 0 <= n <= MAX_TILE:
+        raise ValueError(f"tile must be 1..{MAX_TILE} pixels (0: whole rows), got {n}")
     return n
 
 
@@ -164,6 +167,17 @@ class ImageReader(Reader):
             im = _crop_resize(im, size, Image)
         w, h = im.size
         return header(mode, w, h) + im.tobytes()
+
+    def row_shape(self, path: str | os.PathLike) -> tuple[int, int]:
+        """(width, channels) of the image's document rows (after the size option), from its header
+        alone; (0, 0) for a file Pillow cannot open (read says why)."""
+        Image = need("PIL.Image", "pillow", self.name)
+        try:
+            with Image.open(path) as im:
+                size = self.options.get("size")
+                return (size[0] if size else im.size[0]), CHANNELS[self._mode_for(im)]
+        except (OSError, SyntaxError, ValueError, Image.UnidentifiedImageError, Image.DecompressionBombError):
+            return 0, 0
 
     def read(self, path: str | os.PathLike) -> Iterator[bytes]:
         Image = need("PIL.Image", "pillow", self.name)

@@ -40,13 +40,24 @@ CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of
                            # few MB would take minutes per validation there
 
 
+def _preset_order(device: str, cores: int) -> list[str]:
+    """The presets `--preset auto` may pick on this device, smallest first."""
+    order = ["tiny", "small", "base"]
+    if device == "cpu":
+        order = order[:2] if cores >= CPU_SMALL_CORES else order[:1]
+    return order
+
+
+def auto_context(device: str, cores: int = 1) -> int:
+    """The longest context `--preset auto` may give a run on this device (before its data decide)."""
+    return max(PRESETS[p]["context"] for p in _preset_order(device, cores))
+
+
 def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
     """The preset `--preset auto` picks for `train_bytes` of training data on `device`."""
     from ..config import preset as make
     from ..model import n_params
-    order = ["tiny", "small", "base"]
-    if device == "cpu":
-        order = order[:2] if cores >= CPU_SMALL_CORES else order[:1]
+    order = _preset_order(device, cores)
     pick = order[0]
     for name in order:
         if n_params(make(name)) <= PARAMS_PER_BYTE * train_bytes:
@@ -71,6 +82,26 @@ def auto_dropout(train_bytes: int, device: str) -> float:
     if device != "cpu" and train_bytes <= DROPOUT_SMALL_DATA:
         return DROPOUT_SMALL
     return 0.0
+
+
+AUTO_TILE = 32             # the image tile side a run takes when its images' rows outrun its context
+
+
+def auto_tile(width: int, channels: int, context: int) -> int:
+    """The image reader's `tile` for an image `width` pixels wide of `channels` bytes a pixel, in a
+    run whose context is `context` bytes (auto_context's while the preset is still auto): 0
+    (whole rows) when a row fits the context, so the pixel above is within reach, or when even a
+    tile's row and the one above it would not (a context too short for tiles to help);
+    AUTO_TILE otherwise.
+
+    From the H200 (benchmarks/README.md, "Photos in tiles"): ten mate-nature photos at full
+    resolution (2560 wide: 7,680-byte rows against base's 1,024-byte context), base, 4 minutes
+    each with the four runs sharing the GPU (~0.35 passes): validation per pixel byte, every bit
+    charged to the pixels (tile headers included), rows 1.570, tile=16 1.557, tile=32 1.533
+    (+-0.011 each). Narrower tiles put the pixel above nearer but start more tiles without one."""
+    if width * channels <= context or 2 * AUTO_TILE * channels > context:
+        return 0
+    return AUTO_TILE
 
 
 REVCOMP_SMALL_DATA = 8_000_000   # training bytes up to which a GPU run adds the reverse strand (auto_revcomp)

@@ -27,7 +27,7 @@ from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
 from . import distributed
-from .autoconf import REVCOMP_SMALL_DATA, auto_revcomp
+from .autoconf import REVCOMP_SMALL_DATA, auto_context, auto_revcomp, auto_tile
 
 
 @dataclass(frozen=True)
@@ -184,18 +184,19 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     if (run_dir / ckpt.CKPT_NAME).exists():
         raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
     ctx0 = tc.context or PRESETS["tiny" if tc.preset == "auto" else tc.preset]["context"]
+    tile_note = _tile_images(tc)
     # merges learn from streamed pieces: no document held whole
     tok = _make_tokenizer(tc, lambda: stream_documents(tc.source, tc.reader or None))
     # streamed in bounded pieces, whatever the file size (with merges too: encode_chunks)
     corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
                           pieces=stream_documents(tc.source, tc.reader or None))
-    notes = ()
+    notes = (tile_note,) if tile_note else ()
     reader, auto = _augmenting_reader(tc, corpus, tok)
     if reader is not None:                   # the reader adds copies of training documents
         from .augment import add_training_copies
         corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
         if auto:
-            notes = ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
+            notes += ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
     resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores())
@@ -205,6 +206,39 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
                                                     "dropout_attn": tc.dropout_attn})
     run = _finish(tc, run_dir, tok, corpus, cfg)
     return dataclasses.replace(run, notes=notes + run.notes) if notes else run
+
+
+def _tile_images(tc: TrainConfig) -> str:
+    """Cut the images into tiles when their rows outrun the context: a source that is all images
+    (given as --reader image[:...] without tile, or detected) whose widest row is longer than the
+    run's context (autoconf.auto_tile) gets tc.reader = image:tile=N, recorded with the run like
+    any reader. Returns the note that says so, or ''."""
+    from ..readers import detect, get_reader, source_files
+    from ..readers.image import ImageReader
+    if tc.examples:
+        return ""
+    if tc.reader:
+        reader = get_reader(tc.reader)
+        if not isinstance(reader, ImageReader) or "tile" in reader.options:
+            return ""
+        files = source_files(tc.source)
+    else:
+        files = source_files(tc.source)
+        if not files or not all(isinstance(detect(f), ImageReader) for f in files):
+            return ""
+        reader = ImageReader()
+    from .runner import cores
+    auto = auto_context(resolve_device(tc.device), cores())
+    context = tc.context or (auto if tc.preset == "auto" else PRESETS[tc.preset]["context"])
+    shapes = [reader.row_shape(f) for f in files]
+    n = max((auto_tile(w, c, context) for w, c in shapes), default=0)
+    if not n:
+        return ""
+    row = max(w * c for w, c in shapes)
+    spec = reader.spec
+    tc.reader = get_reader(f"{spec}{',' if ':' in spec else ':'}tile={n}").spec
+    return (f"images in {n} x {n} tiles (image tile auto: rows of up to {row:,} bytes outrun the "
+            f"{context:,}-byte context; --reader image:tile=0 keeps whole rows)")
 
 
 def _train_bytes(corpus) -> int:
