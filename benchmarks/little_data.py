@@ -20,7 +20,7 @@ bits per sample byte (file bytes x 8 / (width x height x 3) or / (samples x 2)).
 model: `bytemodel train --source OUT/K/train --reader R --device D --minutes M --no-baseline -q`
 with every other setting at its default, then `bytemodel score HELD -c RUN --device D` on each
 held-out file; bits per sample byte charges every bit the model spends (tile headers included)
-to the samples. Photos: R = image (whole rows) and image:tile=N for each N in --tiles (0 = rows);
+to the samples. Photos: R = image:tile=N for each N in --tiles (tile=0: whole rows);
 speech: audio:encoding=pcm16 at 8000 Hz (the clips' own rate). Results: OUT/codecs.json,
 OUT/model.json.
 """
@@ -151,7 +151,7 @@ def model(a) -> None:
     sample_bytes = {r["file"]: r["sample_bytes"] for k in codec.values() for r in k}
     jobs = []
     if "photos" in a.kinds:
-        jobs += [("photos", "image" if int(n) == 0 else f"image:tile={int(n)}") for n in a.tiles.split(",")]
+        jobs += [("photos", f"image:tile={int(n)}") for n in a.tiles.split(",")]   # tile=0: whole rows
     if "speech" in a.kinds:
         jobs.append(("speech", SPEECH_READER))
     def train_cmd(kind, reader, run):
@@ -164,10 +164,14 @@ def model(a) -> None:
     logs, walls = {}, {}
     if a.parallel:      # every run at once, sharing the device (equal shares, not equal to one alone)
         t = time.time()
-        procs = [(run, subprocess.Popen(train_cmd(k, r, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)) for k, r, run in runs]
+        (a.out / "runs").mkdir(parents=True, exist_ok=True)
+        procs = []
+        for k, r, run in runs:      # each log written as the run goes (a cut call keeps it): RUN.log
+            with open(f"{run}.log", "w") as f:
+                procs.append((run, subprocess.Popen(train_cmd(k, r, run), stdout=f, stderr=subprocess.STDOUT)))
         for run, p in procs:
-            logs[run] = p.communicate()[0]
+            p.wait()
+            logs[run] = Path(f"{run}.log").read_text()
             walls[run] = round(time.time() - t)
             if p.returncode:
                 raise SystemExit(f"training {run} failed:\n{logs[run]}")
@@ -183,6 +187,7 @@ def model(a) -> None:
             bits, n = int(m.group(2)), int(m.group(3).replace(",", ""))
             row["held"].append({"file": held.name, "bits": bits, "scored_bytes": n, "bits_per_byte": bits / n,
                                 "bits_per_sample_byte": bits / sample_bytes.get(held.name, n)})
+            print(json.dumps({"run": str(run), **row["held"][-1]}), flush=True)   # each score as it comes
         res.append(row)
         print(json.dumps(row), flush=True)
         out.write_text(json.dumps(res, indent=1))
