@@ -175,6 +175,16 @@ def model(a) -> None:
             walls[run] = round(time.time() - t)
             if p.returncode:
                 raise SystemExit(f"training {run} failed:\n{logs[run]}")
+    scores = {}
+    if a.parallel:      # every held-out file under every run at once too (one at a time took minutes)
+        jobs = [(run, held) for kind, _, run in runs for held in sorted((a.out / kind / "held").iterdir())]
+        procs = [(j, subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "score", str(j[1]), "-c", str(j[0]),
+                                       "--device", a.device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True)) for j in jobs]
+        for j, p in procs:
+            scores[j] = p.communicate()[0]
+            if p.returncode:
+                raise SystemExit(f"scoring {j[1]} with {j[0]} failed:\n{scores[j]}")
     for kind, reader, run in runs:
         if run not in logs:
             t = time.time()
@@ -183,7 +193,7 @@ def model(a) -> None:
         row = {"kind": kind, "reader": reader, "minutes": a.minutes, "parallel": a.parallel, "wall_s": walls[run],
                "run": _best(run), "train_log": logs[run].splitlines()[:2], "held": []}
         for held in sorted((a.out / kind / "held").iterdir()):
-            m = SCORE.search(_bm("score", held, "-c", run, "--device", a.device))
+            m = SCORE.search(scores.get((run, held)) or _bm("score", held, "-c", run, "--device", a.device))
             bits, n = int(m.group(2)), int(m.group(3).replace(",", ""))
             row["held"].append({"file": held.name, "bits": bits, "scored_bytes": n, "bits_per_byte": bits / n,
                                 "bits_per_sample_byte": bits / sample_bytes.get(held.name, n)})

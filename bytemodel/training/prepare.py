@@ -230,14 +230,17 @@ def _tile_images(tc: TrainConfig) -> str:
     from .runner import cores
     auto = auto_context(resolve_device(tc.device), cores())
     context = tc.context or (auto if tc.preset == "auto" else PRESETS[tc.preset]["context"])
-    shapes = [reader.row_shape(f) for f in files]
-    n = max((auto_tile(w, c, context) for w, c in shapes), default=0)
-    if not n:
+    for f in files:                     # the first image whose rows outrun the context decides
+        w, c = reader.row_shape(f)
+        n = auto_tile(w, c, context)
+        if n:
+            break
+    else:
         return ""
-    row = max(w * c for w, c in shapes)
+    row = w * c
     spec = reader.spec
     tc.reader = get_reader(f"{spec}{',' if ':' in spec else ':'}tile={n}").spec
-    return (f"images in {n} x {n} tiles (image tile auto: rows of up to {row:,} bytes outrun the "
+    return (f"images in {n} x {n} tiles (image tile auto: {Path(f).name}'s rows of {row:,} bytes outrun the "
             f"{context:,}-byte context; --reader image:tile=0 keeps whole rows)")
 
 
