@@ -7,9 +7,11 @@
 #                                                # 16, 64 with the cuBLAS step / the tensor-core kernels
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto and 0.1 side by side
-#     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 3 minutes each,
+#     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
+#     bash benchmarks/device_check.sh photos     # photos alone with the default reader (tile 32), 7 minutes, scored
+#     bash benchmarks/device_check.sh speech     # speech alone (pcm16), 6 minutes, scored
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Every command here ran on the H200 on 2026-12-01 (benchmarks/README.md).
@@ -54,10 +56,16 @@ if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemod
     wait; tail -n 4 "$OUT"/text_*.log
     exit 0
 fi
-if [ "$only" = little ]; then
-    step "photos and speech"
-    timeout 560 python3 benchmarks/little_data.py model .dev/little --device cuda --minutes 3 --tiles 0,16,32 --parallel \
-        > "$OUT/little.log" 2>&1; tail -4 "$OUT/little.log"; cp .dev/little/model.json "$OUT/" 2>/dev/null
+if [ "$only" = little ] || [ "$only" = photos ] || [ "$only" = speech ]; then
+    step "$only"
+    case $only in
+        little) args="--minutes 4 --tiles 0,16,32 --parallel" ;;
+        photos) args="--minutes 7 --tiles 32 --kinds photos" ;;
+        speech) args="--minutes 6 --kinds speech" ;;
+    esac
+    timeout 560 python3 benchmarks/little_data.py model .dev/little --device cuda $args > "$OUT/little_$only.log" 2>&1
+    echo "rc=$?"; tail -4 "$OUT/little_$only.log"; cp .dev/little/model.json "$OUT/" 2>/dev/null
+    for r in .dev/little/runs/*/; do tail -c 300000 "$r/metrics.jsonl" > "$OUT/$(basename "$r").metrics.jsonl" 2>/dev/null; done
     python3 benchmarks/little_data.py table .dev/little
     exit 0
 fi
