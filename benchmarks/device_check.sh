@@ -3,10 +3,10 @@
 # own timeout, about 9 minutes in all; logs and JSON under $OUT). Run from the repository root:
 #     bash benchmarks/device_check.sh            # everything
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
-#     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL off / on and
-#                                                # 16, 64 with the cuBLAS step / the tensor-core kernels
+#     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL on / off and
+#                                                # 16, 64 with the cuBLAS step's cache from copies / from views
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
-#     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto and 0.1 side by side
+#     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto / 0.1 / 0.1 + BPE, at once
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
@@ -37,7 +37,7 @@ if [ "$only" = pdl ]; then
     timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 150 -m gpu tests/test_decode_gpu.py -rfE > "$OUT/pdl_tests.log" 2>&1
     echo "pdl tests rc=$?"; tail -3 "$OUT/pdl_tests.log"
     step "generation, PDL off / on, cuBLAS step / tensor-core kernels"
-    timeout 360 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4,16,64 --tokens 512 --pdl --mma --rounds 3 \
+    timeout 360 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4,16,64 --tokens 512 --pdl --views --rounds 3 \
         > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
     exit 0
 fi
@@ -48,12 +48,14 @@ if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) ch
     exit 0
 fi
 if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemodel data get linux-docs`' folder)
-    step "linux-docs, 6 minutes, dropout auto (0 at 22 MB) and 0.1, two at once"
-    for p in auto 0.1; do
+    step "linux-docs, 6 minutes, three at once: dropout auto (0 at 22 MB), 0.1, and 0.1 with 4,096 BPE merges"
+    for p in auto 0.1 bpe; do
+        extra="--dropout $p"; [ $p = bpe ] && extra="--dropout 0.1 --merges 4096"
         python3 -m bytemodel.cli train --source .dev/data/linux-docs --reader text --device cuda --minutes 6 \
-            --dropout $p --no-baseline -q --out /tmp/text_$p > "$OUT/text_$p.log" 2>&1 &
+            $extra --no-baseline -q --out /tmp/text_$p > "$OUT/text_$p.log" 2>&1 &
     done
     wait; tail -n 4 "$OUT"/text_*.log
+    for p in auto 0.1 bpe; do tail -c 300000 /tmp/text_$p/metrics.jsonl > "$OUT/text_$p.metrics.jsonl"; done
     exit 0
 fi
 if [ "$only" = little ] || [ "$only" = photos ] || [ "$only" = speech ]; then

@@ -14,6 +14,7 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL on (default) / off
+    python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the cache from views
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
@@ -173,6 +174,10 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.PDL = False
         r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "ours-views":        # the cuBLAS step writing the cache from strided k, v (STEP_CACHE_VIEWS)
+        from bytemodel.ops import cuda_decode
+        cuda_decode.STEP_CACHE_VIEWS = True
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-launched":     # above GRAPH_MAX_BATCH: the cuBLAS step launched from Python, as before
         from bytemodel.ops import cuda_decode
         cuda_decode.BLAS_GRAPH = False
@@ -207,6 +212,8 @@ def main():
                     help="also ours with the tensor-core kernel path for 4 < N <= 64 (cuda_decode.MMA_MAX_BATCH)")
     ap.add_argument("--pdl", action="store_true",
                     help="also ours without programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
+    ap.add_argument("--views", action="store_true",
+                    help="also ours with the cache written from strided k, v in the cuBLAS step, N > 4 (STEP_CACHE_VIEWS)")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -236,6 +243,8 @@ def main():
             sides += [("ours-mma", int(n)) for n in args.samples.split(",") if 4 < int(n) <= 64]
         if args.pdl:
             sides += [("ours-nopdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
+        if args.views:
+            sides += [("ours-views", int(n)) for n in args.samples.split(",") if int(n) > 4]
         if args.graph_max_batch:
             sides += [(f"ours-b{args.graph_max_batch}", int(n)) for n in args.samples.split(",")
                       if int(n) > 16]

@@ -47,6 +47,9 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off, as measured
                                # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
+STEP_CACHE_VIEWS = False       # the captured cuBLAS step writes the new keys and values into the cache from
+                               # where the projection left them (step_cache_write_views: 2 copy kernels a
+                               # layer fewer, the same cache bytes); off until a device has measured it
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -196,6 +199,7 @@ class BlasStep:
         mod = _module(_STEP_FILE, ops.precision)
         self.k_rope_row = mod.get_function("step_rope_row")
         self.k_cache_write = mod.get_function("step_cache_write")
+        self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_CACHE_VIEWS else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
@@ -247,10 +251,16 @@ class BlasStep:
             h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], eps)
             qkv = o.matmul_forward(h1, W[p + "wqkv"])
             q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
-            kk = cp.ascontiguousarray(k.reshape(B * K, D))
-            vv = cp.ascontiguousarray(v.reshape(B * K, D))
-            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
-                                                                      i32(S), i32(D)))
+            it = k.itemsize
+            if self.k_cache_views is not None and k.strides[3] == it and v.strides[3] == it:
+                st = [np.int64(a.strides[j] // it) for a in (k, v) for j in (0, 1)]
+                self.k_cache_views((_blocks_of(B * K * D),), (_THREADS,), (k, v, *st, kc, vc, slot_at, i32(B),
+                                                                          i32(K), i32(S), i32(D)))
+            else:
+                kk = cp.ascontiguousarray(k.reshape(B * K, D))
+                vv = cp.ascontiguousarray(v.reshape(B * K, D))
+                self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
+                                                                          i32(S), i32(D)))
             qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
             att = cp.empty((B * H, D), dtype=cp.float32)
             self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
