@@ -108,3 +108,44 @@ def test_generate_holds_blas_to_one_thread_prefills_included(monkeypatch):
     prefills = [s for s in seen if s[0] > 1]
     assert len(prefills) >= 4 and all(t == [1] for _, t in prefills), seen    # 2 x (prompt + re-reads)
     assert small_products(preset("small")) and not small_products(preset("base"))   # base: left alone
+
+
+def test_steps_at_two_blas_threads_draw_the_same_bytes_prefills_at_one(monkeypatch):
+    """With two cores, generate may run a step's products at two BLAS threads (cpu_step.BlasThreads,
+    chosen by timing; here the choice is forced to alternate so both counts run): the same bytes
+    as one thread throughout, every prefill and re-read at one thread, the caller's count back
+    afterwards. Model: one product above PAIR_MACS (qkv, 256 x 768), all under SPLIT_MACS."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+    from bytemodel.decode import cpu_pair, cpu_step
+    from bytemodel.ops import scorer
+    blas = lambda: sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})   # noqa: E731
+    m = Model(ModelConfig(vocab_size=257, d_model=256, n_layers=1, n_heads=4, d_ff=256, context=24), numpy_ops)
+    m.init_weights(7)
+    m.load_flat(m.params * 6)
+    tok = Tokenizer()
+    monkeypatch.setattr(scorer, "_cores", lambda: 2)
+    assert cpu_step.pair_for(m.cfg) and cpu_step.small_products(m.cfg)
+    flip = iter(range(10 ** 6))
+    monkeypatch.setattr(cpu_pair.Faster, "pick", lambda self: next(flip) % 2)
+    seen, real_fwd, real_step = [], m.forward_cached, OneToken._step
+
+    def fwd(idx, *a, **kw):
+        seen.append(("prefill", tuple(blas())))
+        return real_fwd(idx, *a, **kw)
+
+    def step(self, *a):
+        seen.append(("step", tuple(blas())))
+        return real_step(self, *a)
+    monkeypatch.setattr(m, "forward_cached", fwd)
+    monkeypatch.setattr(OneToken, "_step", step)
+    outs = {}
+    for two in (False, True):
+        monkeypatch.setattr(gen, "TWO_BLAS_STEP", two)
+        seen.clear()
+        with threadpool_limits(limits=2, user_api="blas"):
+            outs[two] = gen.generate(m, tok, 3 * m.cfg.context, b"ABC", seed=3)
+            assert blas() == [2]
+        counts = {kind: {t for k, t in seen if k == kind} for kind in ("prefill", "step")}
+        assert counts["prefill"] == {(1,)} and len([k for k, _ in seen if k == "prefill"]) >= 3
+        assert counts["step"] == ({(1,), (2,)} if two else {(1,)}), counts
+    assert outs[False] == outs[True]

@@ -105,11 +105,32 @@ class OneBlasThread:
         self.saved = None
 
 
+class BlasThreads:
+    """The BLAS thread count for a step's products, 1 or 2 (OneToken's two ways with a Faster),
+    set only when it changes (two calls into the library, ~35 us). A token's products give the
+    same bits at either count; a prefill's do not, so the caller sets 1 before each (`one()`).
+    On an idle 2-core VM two threads made small's generation 7-8% faster (benchmarks/README.md,
+    seventh session); on a loaded one a second BLAS thread made it up to 4x slower (SPLIT_MACS):
+    hence chosen by timing, as the pair is."""
+
+    def __init__(self, libs):
+        self.libs, self.n = list(libs), 1
+
+    def set(self, n: int) -> None:
+        if n != self.n:
+            for lib in self.libs:
+                lib.set_num_threads(n)
+            self.n = n
+
+    def one(self) -> None:
+        self.set(1)
+
+
 class OneToken:
     """The (1, 1) step of Model.forward_cached over a cache of (1, K, S, D) buffers (see the module
     docstring). pos < min(S, context): the caller re-reads a full cache (decode/window.py)."""
 
-    def __init__(self, model, cache, W, pair=None):
+    def __init__(self, model, cache, W, pair=None, threads: BlasThreads | None = None):
         cfg = model.cfg
         self.cfg = cfg
         C, H, K, D, F = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff
@@ -147,8 +168,11 @@ class OneToken:
         self.g, self.up = self.u[:, :F], self.u[:, F:]
         # the products as callables, one way per entry: [0] each one np.matmul; [1] with a Pair, the
         # large ones in column parts over two threads (the same bits); way[1] is a step's products
-        self.pair, self.faster = pair, (Faster() if pair is not None else None)
-        self.ways = [self._products(None)] + ([self._products(pair)] if pair is not None else [])
+        # or with `threads` (no pair): the same products at one BLAS thread (way 0) and at two (way 1)
+        self.threads = threads if pair is None else None
+        self.pair, self.faster = pair, (Faster() if pair is not None or self.threads is not None else None)
+        one = self._products(None)
+        self.ways = [one] + ([self._products(pair)] if pair is not None else [one] if self.threads is not None else [])
 
     def _products(self, pair):
         """Per layer (qkv, wo, gate-up, down) callables, then the head's: each writes x @ w into
@@ -166,6 +190,8 @@ class OneToken:
         if self.pair is not None:
             self.pair.close()
             self.pair, self.faster, self.ways = None, None, self.ways[:1]
+        if self.threads is not None:
+            self.threads.one()
 
     def _norm(self, g):
         """self.h = rmsnorm(self.x) * g, as numpy_ops.rmsnorm_forward: np.mean's float32 sum, its
@@ -193,6 +219,8 @@ class OneToken:
         if self.faster is None:
             return self._step(self.ways[0], token, pos)
         way = self.faster.pick()
+        if self.threads is not None:
+            self.threads.set(1 + way)
         t = time.perf_counter()
         out = self._step(self.ways[way], token, pos)
         self.faster.took(way, time.perf_counter() - t)

@@ -30,7 +30,7 @@ from ..sampling import sample_next
 from ..model import Model
 from . import window
 from .cpu_pair import Pair
-from .cpu_step import OneBlasThread, OneToken, pair_for
+from .cpu_step import BlasThreads, OneBlasThread, OneToken, pair_for
 from .score import score  # noqa: F401  (scoring lives in decode/score.py; kept importable here)
 from .speculative import speculative_ids
 from ..tokenizer import Tokenizer
@@ -38,6 +38,8 @@ from ..tokenizer import Tokenizer
 ONE_TOKEN_STEP = True   # one sample on the CPU: decode/cpu_step.OneToken (False: Model.forward_cached)
 PAIR_STEP = False       # True: its large products on two threads when that is faster (decode/cpu_pair.py);
                         # off: on the 2-core VM it never won (benchmarks/README.md, fourth session)
+TWO_BLAS_STEP = True    # the step's products at two BLAS threads when that times faster (cpu_step.BlasThreads;
+                        # small on an idle 2-core VM: +7-8%, the same bytes); prefills stay at one
 
 
 def _check_sampling(temperature, top_k, top_p):
@@ -50,13 +52,15 @@ def _check_sampling(temperature, top_k, top_p):
 
 
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None, bias=None, pair: bool = False):
+              top_p=1.0, vocab: int | None = None, bias=None, pair: bool = False, blas_libs=()):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
     When the cache is full, the recent half of the history is re-read into a fresh cache.
     bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn).
     pair: the caller holds BLAS to one thread (cpu_step.OneBlasThread): the CPU step may run its
-    large products on two threads (cpu_step.pair_for; the same bits)."""
+    large products on two threads (cpu_step.pair_for; the same bits). blas_libs: that hold's
+    BLAS libraries, whose thread count the step may raise to two while it runs (BlasThreads;
+    the same bits), every prefill back at one."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()  # once per call, not per token (a cast copy on some backends)
@@ -64,9 +68,13 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
     from ..ops import numpy_ops
     step = None
     if ONE_TOKEN_STEP and ops is numpy_ops and isinstance(model, Model):
-        step = OneToken(model, None, W, Pair() if pair and PAIR_STEP and pair_for(model.cfg) else None)
+        two = pair and pair_for(model.cfg)
+        threads = BlasThreads(blas_libs) if two and TWO_BLAS_STEP and not PAIR_STEP and blas_libs else None
+        step = OneToken(model, None, W, Pair() if two and PAIR_STEP else None, threads)
 
     def prefill(ids):
+        if step is not None and step.threads is not None:
+            step.threads.one()      # a prefill's products split by thread count: at one, as held
         cache = model.new_cache(1, T)
         logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
         return cache, len(ids), masked(logits[0, -1, :V])
@@ -196,7 +204,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
         ids = speculative_ids(model, history, rng, temperature, top_k, top_p, stats, tokenizer.vocab_size, bias)
     else:
         ids = plain_ids(model, history, rng, temperature, top_k, top_p, tokenizer.vocab_size, bias,
-                        pair=bool(blas.libs))
+                        pair=bool(blas.libs), blas_libs=blas.libs)
     with blas, closing(ids):
         for nxt in ids:
             outs.take(0, nxt)
