@@ -39,7 +39,7 @@ ONE_TOKEN_STEP = True   # one sample on the CPU: decode/cpu_step.OneToken (False
 PAIR_STEP = False       # True: its large products on two threads when that is faster (decode/cpu_pair.py);
                         # off: on the 2-core VM it never won (benchmarks/README.md, fourth session)
 TWO_BLAS_STEP = True    # the step's products at two BLAS threads when that times faster (cpu_step.BlasThreads;
-                        # small on an idle 2-core VM: +7-8%, the same bytes); prefills stay at one
+                        # small on an idle 2-core VM: +3-14% in 4 runs of 5, the same bytes); prefills at one
 
 
 def _check_sampling(temperature, top_k, top_p):
