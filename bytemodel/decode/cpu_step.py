@@ -110,8 +110,8 @@ class BlasThreads:
     set only when it changes (two calls into the library, ~35 us). A token's products give the
     same bits at either count; a prefill's do not, so the caller sets 1 before each (`one()`).
     On an idle 2-core VM two threads made small's generation 3-14% faster in four runs of five
-    (benchmarks/cpu_two_threads.py, benchmarks/README.md); on a loaded one a second BLAS thread made it up to 4x slower (SPLIT_MACS):
-    hence chosen by timing, as the pair is."""
+    (benchmarks/cpu_two_threads.py, benchmarks/README.md); on a loaded one a second BLAS thread
+    made it up to 4x slower (SPLIT_MACS): hence chosen by timing, as the pair is."""
 
     def __init__(self, libs):
         self.libs, self.n = list(libs), 1
