@@ -4,7 +4,8 @@
 #     bash benchmarks/device_check.sh            # everything
 #     bash benchmarks/device_check.sh suite      # only the GPU tests
 #     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL on / off and
-#                                                # 16, 64 with the cuBLAS step's cache from copies / from views
+#                                                # 16, 64 with the cuBLAS step as it is / its cache from views /
+#                                                # and each add fused with its RMSNorm
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto / 0.1 / 0.1 + BPE, at once
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,

@@ -48,3 +48,41 @@ extern "C" __global__ void step_cache_write_views(const act_t* __restrict__ k, c
         vc[o] = v[b * vsb + h * vsh + d];
     }
 }
+
+// The residual add and the RMSNorm after it, one warp a row (C % 8 == 0): xo = x + y rounded to
+// act_t as residual.cu's add_v8 rounds it, then out = xo * rstd * g as rmsnorm.cu's rmsnorm_fwd_v8
+// computes it from xo (the same loads, sums and products in the same order; rstd is not kept: the
+// decode step has no backward). One launch instead of two.
+extern "C" __global__ void step_add_rmsnorm(const act_t* __restrict__ x, const act_t* __restrict__ y,
+                                            const act_t* __restrict__ g, act_t* xo, act_t* __restrict__ out,
+                                            long long N, int C, float eps) {
+    const i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const act_t* xr = x + row * C;
+    const act_t* yr = y + row * C;
+    act_t* xw = xo + row * C;
+    float ss = 0.f;
+    for (int c = lane * 8; c < C; c += 32 * 8) {
+        const vec8 a = *reinterpret_cast<const vec8*>(xr + c), b = *reinterpret_cast<const vec8*>(yr + c);
+        vec8 z;
+#pragma unroll
+        for (int e = 0; e < 8; e++) z.v[e] = from_f(to_f(a.v[e]) + to_f(b.v[e]));
+        *reinterpret_cast<vec8*>(xw + c) = z;
+        float f[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = to_f(z.v[i]);   // the rounded sums, as the norm reads them
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss += f[i] * f[i];
+    }
+    ss = warp_sum(ss);
+    const float r = rsqrtf(ss / C + eps);
+    for (int c = lane * 8; c < C; c += 32 * 8) {       // xw: this lane's own writes, read back
+        float f[8], w[8];
+        load_row<8>(xw, c, f);
+        load_row<8>(g, c, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = f[i] * r * w[i];
+        store_row<8>(out + row * C, c, f);
+    }
+}

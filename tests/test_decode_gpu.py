@@ -85,10 +85,10 @@ def test_decode_steps_match_numpy(ci, B, precision, tol, mma):
     assert int(cp.asnumpy(d.state)[0]) == cfg.context
 
 
-@pytest.mark.parametrize("views", [False, True])
+@pytest.mark.parametrize("fused", ["none", "views", "views+add_norm"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("ci", [1, 2])
-def test_blas_graph_steps_equal_the_launched_steps(ci, precision, views, monkeypatch):
+def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeypatch):
     """The path `generate --samples N` takes above GRAPH_MAX_BATCH at fp16/bf16: the cuBLAS step
     reading its position on the device, launched every step ("eager") or captured once as a graph
     and replayed, gives the same logit bytes as the backend's cached forward launched from Python
@@ -101,7 +101,9 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, views, monkeyp
     _, gpu = models(cfg, precision, seed=ci)
     B, P = 6, 5
     assert B > cuda_decode.GRAPH_MAX_BATCH
-    monkeypatch.setattr(cuda_decode, "STEP_CACHE_VIEWS", views)   # views: the cache written from strided k, v
+    # fused: the cache written from strided k, v (STEP_CACHE_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
+    monkeypatch.setattr(cuda_decode, "STEP_CACHE_VIEWS", fused != "none")
+    monkeypatch.setattr(cuda_decode, "STEP_ADD_NORM", fused == "views+add_norm")
     prompt = cp.asarray(np.random.default_rng(ci).integers(0, cfg.vocab_size, (B, P)))
     W = gpu.weights()
     runs = {}

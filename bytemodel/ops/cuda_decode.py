@@ -50,6 +50,9 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
 STEP_CACHE_VIEWS = False       # the captured cuBLAS step writes the new keys and values into the cache from
                                # where the projection left them (step_cache_write_views: 2 copy kernels a
                                # layer fewer, the same cache bytes); off until a device has measured it
+STEP_ADD_NORM = False          # ... and each residual add with the RMSNorm after it in one kernel
+                               # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
+                               # rmsnorm_fwd_v8); off until a device has run its test and timed it
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -200,6 +203,8 @@ class BlasStep:
         self.k_rope_row = mod.get_function("step_rope_row")
         self.k_cache_write = mod.get_function("step_cache_write")
         self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_CACHE_VIEWS else None
+        C = cfg.d_model
+        self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
@@ -245,10 +250,10 @@ class BlasStep:
         self.k_rope_row((1,), (max(32, D // 2),), (cos_t, sin_t, self.cos1, self.sin1, rope_at, i32(D // 2)))
         x, _ = o.embedding_forward(W["wte"], ids)
         x = x.reshape(B, C)
+        h1, _ = o.rmsnorm_forward(x, W["layers.0.attn_norm"], eps)
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
             kc, vc = cache[i]
-            h1, _ = o.rmsnorm_forward(x, W[p + "attn_norm"], eps)
             qkv = o.matmul_forward(h1, W[p + "wqkv"])
             q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
             it = k.itemsize
@@ -266,13 +271,24 @@ class BlasStep:
             self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
                                               i32(S), np.float32(self.scale_log2)))
             a = att.astype(o.act_dtype).reshape(B, H * D)
-            x = o.add(x, o.matmul_forward(a, W[p + "wo"]))
-            h2, _ = o.rmsnorm_forward(x, W[p + "mlp_norm"], eps)
+            x, h2 = self._add_norm(x, o.matmul_forward(a, W[p + "wo"]), W[p + "mlp_norm"])
             u = o.matmul_forward(h2, W[p + "w_gateup"])
             sw, _ = o.swiglu_forward(u)
-            x = o.add(x, o.matmul_forward(sw, W[p + "w_down"]))
-        hf, _ = o.rmsnorm_forward(x, W["norm_f"], eps)
-        return o.matmul_forward(hf, m.head(W)[0])
+            nxt = W[f"layers.{i + 1}.attn_norm"] if i + 1 < cfg.n_layers else W["norm_f"]
+            x, h1 = self._add_norm(x, o.matmul_forward(sw, W[p + "w_down"]), nxt)
+        return o.matmul_forward(h1, m.head(W)[0])
+
+    def _add_norm(self, x, y, g):
+        """(x + y, rmsnorm(x + y) * g): ops.add then ops.rmsnorm_forward, or step_add_rmsnorm's one
+        launch giving the same bits (STEP_ADD_NORM)."""
+        o, (N, C) = self.ops, x.shape
+        if self.k_add_norm is None or x.dtype != o.act_dtype or y.dtype != o.act_dtype or not y.flags.c_contiguous:
+            x = o.add(x, y)
+            return x, o.rmsnorm_forward(x, g, self.cfg.norm_eps)[0]
+        xo, out = cp.empty_like(x), cp.empty_like(x)
+        self.k_add_norm(((N + 7) // 8,), (256,), (cp.ascontiguousarray(x), y, o._act(g), xo, out, np.int64(N),
+                                                 np.int32(C), np.float32(self.cfg.norm_eps)))
+        return xo, out
 
 
 class Decoder:
