@@ -174,9 +174,9 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.PDL = False
         r = time_ours(name, args.device, args.precision, args.tokens, n)
-    elif kind in ("ours-views", "ours-fused"):   # the cuBLAS step writing the cache from strided k, v
-        from bytemodel.ops import cuda_decode      # (STEP_CACHE_VIEWS); fused: each add with its norm too
-        cuda_decode.STEP_CACHE_VIEWS = True
+    elif kind in ("ours-views", "ours-fused"):   # the cuBLAS step reading k, v, q where the projection
+        from bytemodel.ops import cuda_decode      # left them (STEP_VIEWS); fused: each add with its norm too
+        cuda_decode.STEP_VIEWS = True
         cuda_decode.STEP_ADD_NORM = kind == "ours-fused"
         r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-launched":     # above GRAPH_MAX_BATCH: the cuBLAS step launched from Python, as before
@@ -214,7 +214,7 @@ def main():
     ap.add_argument("--pdl", action="store_true",
                     help="also ours without programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
     ap.add_argument("--views", action="store_true",
-                    help="also ours with the cuBLAS step's cache written from strided k, v (STEP_CACHE_VIEWS), and that with "
+                    help="also ours with the cuBLAS step reading k, v, q where the projection left them (STEP_VIEWS), and that with "
                          "each add fused with its RMSNorm (STEP_ADD_NORM), N > 4")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")

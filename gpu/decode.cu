@@ -523,9 +523,13 @@ DEC_MMA_KERNELS(4)
 // Online softmax in base 2 (scale * log2(e) folded into q). Each block leaves (O, m, l) for its
 // split in `part`; the last block of a (b, h) to finish (atomic ticket) merges the splits in split
 // order (deterministic) and writes att[b, h*D:(h+1)*D] = O / l, then resets the ticket.
-template <int D>
-__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ kc,
-                              const act_t* __restrict__ vc, float* part, int* tickets, float* att,
+// ACT (the captured cuBLAS step's variant, dec_attn_act_d*): the query read as act_t where the
+// projection left it (element strides qsb per sequence, qsh per head) and the output written as
+// act_t (from_f, the rounding of the cast it replaces); the same arithmetic otherwise.
+template <int D, bool ACT = false>
+__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
+                              const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
+                              int* tickets, float* att, act_t* atta,
                               const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
     constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
     constexpr int STEP = NW * KW;
@@ -543,9 +547,15 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = lane / LK, sub = lane - grp * LK;
     float qf[8];
-    const float* qp = q + (i64)bh * D + sub * 8;
+    if constexpr (ACT) {
+        const act_t* qp = qa + (i64)b * qsb + (i64)h * qsh + sub * 8;
 #pragma unroll
-    for (int i = 0; i < 8; i++) qf[i] = qp[i] * scale_log2;
+        for (int i = 0; i < 8; i++) qf[i] = to_f(qp[i]) * scale_log2;
+    } else {
+        const float* qp = q + (i64)bh * D + sub * 8;
+#pragma unroll
+        for (int i = 0; i < 8; i++) qf[i] = qp[i] * scale_log2;
+    }
     const act_t* kb = kc + ((i64)b * K + kh) * S * D + sub * 8;
     const act_t* vb = vc + ((i64)b * K + kh) * S * D + sub * 8;
     float m = -INFINITY, l = 0.f, o[8];
@@ -614,7 +624,8 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
             }
         }
         if (NS == 1) {
-            att[(i64)bh * D + t] = O / L;
+            if constexpr (ACT) atta[(i64)bh * D + t] = from_f(O / L);
+            else att[(i64)bh * D + t] = O / L;
         } else {
             __stcg(pp + t, O);
             if (t == 0) { __stcg(pp + D, M); __stcg(pp + D + 1, L); }
@@ -640,7 +651,8 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
                 O = fmaf(__ldcg(pb + s * (D + 2) + t), w, O);
             }
         }
-        att[(i64)bh * D + t] = O / L;
+        if constexpr (ACT) atta[(i64)bh * D + t] = from_f(O / L);
+        else att[(i64)bh * D + t] = O / L;
     }
     if (threadIdx.x == 0) tickets[bh] = 0;
 }
@@ -649,13 +661,26 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
 extern "C" __global__ void __launch_bounds__(128) dec_attn_d##D(                                    \
         const float* q, const act_t* kc, const act_t* vc, float* part, int* tickets, float* att,      \
         const int* state, int H, int K, int S, int CH, float scale_log2) {                            \
-    dec_attn_impl<D>(q, kc, vc, part, tickets, att, state, H, K, S, CH, scale_log2);                  \
+    dec_attn_impl<D>(q, nullptr, 0, 0, kc, vc, part, tickets, att, nullptr, state, H, K, S, CH, scale_log2); \
 }
 DEC_ATTN_KERNEL(16)
 DEC_ATTN_KERNEL(32)
 DEC_ATTN_KERNEL(64)
 DEC_ATTN_KERNEL(128)
 DEC_ATTN_KERNEL(256)
+
+#define DEC_ATTN_ACT_KERNEL(D)                                                                        \
+extern "C" __global__ void __launch_bounds__(128) dec_attn_act_d##D(                                \
+        const act_t* qa, long long qsb, long long qsh, const act_t* kc, const act_t* vc, float* part,  \
+        int* tickets, act_t* att, const int* state, int H, int K, int S, int CH, float scale_log2) {  \
+    dec_attn_impl<D, true>(nullptr, qa, qsb, qsh, kc, vc, part, tickets, nullptr, att, state, H, K, S, CH, \
+                           scale_log2);                                                            \
+}
+DEC_ATTN_ACT_KERNEL(16)
+DEC_ATTN_ACT_KERNEL(32)
+DEC_ATTN_ACT_KERNEL(64)
+DEC_ATTN_ACT_KERNEL(128)
+DEC_ATTN_ACT_KERNEL(256)
 
 // ------------------------------------------------------------------------------------------------
 // Sampling on the device, one block per sequence, with the CPU's rules and seed semantics

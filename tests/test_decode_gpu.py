@@ -101,8 +101,8 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeyp
     _, gpu = models(cfg, precision, seed=ci)
     B, P = 6, 5
     assert B > cuda_decode.GRAPH_MAX_BATCH
-    # fused: the cache written from strided k, v (STEP_CACHE_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
-    monkeypatch.setattr(cuda_decode, "STEP_CACHE_VIEWS", fused != "none")
+    # fused: k, v, q read where the projection left them (STEP_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
+    monkeypatch.setattr(cuda_decode, "STEP_VIEWS", fused != "none")
     monkeypatch.setattr(cuda_decode, "STEP_ADD_NORM", fused == "views+add_norm")
     prompt = cp.asarray(np.random.default_rng(ci).integers(0, cfg.vocab_size, (B, P)))
     W = gpu.weights()

@@ -47,9 +47,10 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off, as measured
                                # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
-STEP_CACHE_VIEWS = False       # the captured cuBLAS step writes the new keys and values into the cache from
-                               # where the projection left them (step_cache_write_views: 2 copy kernels a
-                               # layer fewer, the same cache bytes); off until a device has measured it
+STEP_VIEWS = False             # the captured cuBLAS step reads k, v and q where the projection left them: the
+                               # cache write (step_cache_write_views) and the attention (dec_attn_act_d*: act_t
+                               # query in, act_t output, the cast it replaces) with no copies or casts around
+                               # them, 4 launches a layer fewer, the same bits; off until a device has measured it
 STEP_ADD_NORM = False          # ... and each residual add with the RMSNorm after it in one kernel
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8); off until a device has run its test and timed it
@@ -202,10 +203,12 @@ class BlasStep:
         mod = _module(_STEP_FILE, ops.precision)
         self.k_rope_row = mod.get_function("step_rope_row")
         self.k_cache_write = mod.get_function("step_cache_write")
-        self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_CACHE_VIEWS else None
+        self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_VIEWS else None
         C = cfg.d_model
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
+        self.k_attn_act = _module(_FILE, ops.precision).get_function(f"dec_attn_act_d{D}") if STEP_VIEWS else None
+        self.unused = cp.zeros((1,), dtype=cp.float32)    # the split buffers a one-split attention never touches
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
         self._handle = _cublas.create()
@@ -266,11 +269,17 @@ class BlasStep:
                 vv = cp.ascontiguousarray(v.reshape(B * K, D))
                 self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
                                                                           i32(S), i32(D)))
-            qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
-            att = cp.empty((B * H, D), dtype=cp.float32)
-            self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
-                                              i32(S), np.float32(self.scale_log2)))
-            a = att.astype(o.act_dtype).reshape(B, H * D)
+            if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
+                a = cp.empty((B, H * D), dtype=o.act_dtype)
+                self.k_attn_act((B * H, 1), (128,), (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it),
+                                                     kc, vc, self.unused, self.unused, a, keys_at, i32(H), i32(K),
+                                                     i32(S), i32(S), np.float32(self.scale_log2)))
+            else:
+                qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
+                att = cp.empty((B * H, D), dtype=cp.float32)
+                self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
+                                                  i32(S), np.float32(self.scale_log2)))
+                a = att.astype(o.act_dtype).reshape(B, H * D)
             x, h2 = self._add_norm(x, o.matmul_forward(a, W[p + "wo"]), W[p + "mlp_norm"])
             u = o.matmul_forward(h2, W[p + "w_gateup"])
             sw, _ = o.swiglu_forward(u)
