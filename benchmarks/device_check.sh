@@ -6,6 +6,8 @@
 #     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL on / off and
 #                                                # 16, 64 with the cuBLAS step as it is / its cache from views /
 #                                                # and each add fused with its RMSNorm
+#     bash benchmarks/device_check.sh fused      # the captured cuBLAS step with fewer launches: its tests, generation
+#                                                # at 16 / 64 and the compressor, as it is against fused
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto / 0.1 / 0.1 + BPE, at once
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
@@ -40,6 +42,24 @@ if [ "$only" = pdl ]; then
     step "generation, PDL off / on, cuBLAS step / tensor-core kernels"
     timeout 360 python3 benchmarks/generate.py --device cuda --presets base --samples 1,4,16,64 --tokens 512 --pdl --views --rounds 3 \
         > "$OUT/generate_pdl.log" 2>&1; cat "$OUT/generate_pdl.log"
+    exit 0
+fi
+if [ "$only" = fused ]; then    # the captured cuBLAS step with fewer launches (STEP_VIEWS, STEP_ADD_NORM): tests, then timed
+    step "tests of the captured step (none / views / views+add_norm against forward_cached's bytes)"
+    timeout 100 python3 -m pytest -q -p no:cacheprovider --timeout 90 -m gpu tests/test_decode_gpu.py \
+        -k "blas_graph or fp16_same_seed" -rfE > "$OUT/fused_tests.log" 2>&1
+    echo "decode tests rc=$?"; tail -3 "$OUT/fused_tests.log"
+    BYTEMODEL_STEP_FUSED=1 timeout 100 python3 -m pytest -q -p no:cacheprovider --timeout 90 -m gpu tests/test_compress_gpu.py \
+        -rfE > "$OUT/fused_compress_tests.log" 2>&1     # the compressor's captured step, fused, against its launched one
+    echo "compressor tests, fused, rc=$?"; tail -3 "$OUT/fused_compress_tests.log"
+    step "generation at 16 and 64: as it is / views / views + add-norm"
+    timeout 200 python3 benchmarks/generate.py --device cuda --presets base --samples 16,64 --tokens 512 --views --rounds 3 \
+        > "$OUT/generate_fused.log" 2>&1; cat "$OUT/generate_fused.log"
+    step "the compressor at base, 400 kB, as it is / both (BYTEMODEL_STEP_FUSED=1)"
+    for f in 0 1; do
+        BYTEMODEL_STEP_FUSED=$f timeout 60 python3 benchmarks/compress.py --preset base --device cuda --precision fp16 \
+            --train-steps 0 --bytes 400000 --quick > "$OUT/compress_fused$f.log" 2>&1; tail -3 "$OUT/compress_fused$f.log"
+    done
     exit 0
 fi
 if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed

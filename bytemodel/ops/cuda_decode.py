@@ -24,6 +24,7 @@ Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import cupy as cp
@@ -47,11 +48,12 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off, as measured
                                # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
-STEP_VIEWS = False             # the captured cuBLAS step reads k, v and q where the projection left them: the
+STEP_VIEWS = os.environ.get("BYTEMODEL_STEP_FUSED") == "1"   # (both: BYTEMODEL_STEP_FUSED=1, for the CLI)
+                               # the captured cuBLAS step reads k, v and q where the projection left them: the
                                # cache write (step_cache_write_views) and the attention (dec_attn_act_d*: act_t
                                # query in, act_t output, the cast it replaces) with no copies or casts around
                                # them, 4 launches a layer fewer, the same bits; off until a device has measured it
-STEP_ADD_NORM = False          # ... and each residual add with the RMSNorm after it in one kernel
+STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm after it in one kernel
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8); off until a device has run its test and timed it
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
