@@ -4,7 +4,9 @@
 // the next tile in flight during this tile's softmax), swizzle (0: core matrices, 1: 128-byte),
 // ping-pong (the two warpgroups take turns at the score product), CTAs per SM asked of the register
 // allocator. On the H200 (benchmarks/README.md) the swizzled two-warpgroup tiles without overlap
-// won; the overlap variants lost at every shape. The ping-pong tiles (_p) have not run yet.
+// won; the overlap variants lost at every shape. Ping-pong (_p) won at D = 128 (h128_bsp, shipped since)
+// and lost at D = 64 with BN = 64 and two CTAs a SM (h64_bsp); h64_asp / h64_bsp1 try it with BN = 128
+// and with one CTA a SM (not run yet).
 #if HAS_MMA
 FWD_H(flash_fwd_h64_a, 64, 128, 2, 2, false, 0, false, 1)
 FWD_H(flash_fwd_h64_b, 64, 64, 2, 2, false, 0, false, 2)
@@ -20,6 +22,8 @@ FWD_H(flash_fwd_h128_cs, 128, 64, 1, 2, false, 1, false, 2)
 FWD_H(flash_fwd_h128_ds, 128, 64, 1, 3, true, 1, false, 2)
 FWD_H(flash_fwd_h128_es, 128, 64, 2, 3, true, 1, false, 1)
 FWD_H(flash_fwd_h64_bsp, 64, 64, 2, 2, false, 1, true, 2)
+FWD_H(flash_fwd_h64_asp, 64, 128, 2, 2, false, 1, true, 1)
+FWD_H(flash_fwd_h64_bsp1, 64, 64, 2, 2, false, 1, true, 1)
 FWD_H(flash_fwd_h128_bs, 128, 128, 2, 2, false, 1, false, 1)       // shipped until the ping-pong tile beat it
 FWD_H(flash_fwd_h128_asp, 128, 64, 2, 2, false, 1, true, 1)
 #endif

@@ -82,7 +82,8 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h128_cs": (128, 64, 64, 2), "flash_fwd_h128_ds": (128, 64, 64, 3),
     "flash_fwd_h128_es": (128, 128, 64, 3),
     "flash_fwd_h64_bsp": (64, 128, 64, 2), "flash_fwd_h128_bsp": (128, 128, 128, 2),   # ping-pong
-    "flash_fwd_h128_asp": (128, 128, 64, 2)}
+    "flash_fwd_h128_asp": (128, 128, 64, 2), "flash_fwd_h64_asp": (64, 128, 128, 2),
+    "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 
 
