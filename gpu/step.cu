@@ -86,3 +86,44 @@ extern "C" __global__ void step_add_rmsnorm(const act_t* __restrict__ x, const a
         store_row<8>(out + row * C, c, f);
     }
 }
+
+// RoPE on the step's one token and the cache write in one pass (T = 1, D % 16 == 0): the q heads
+// of qkv (B, (H+2K)*D) rotated into q (B, H*D), the k heads rotated straight into the cache row
+// state[0], the v heads copied there. The rotation is rope.cu's rope_qk_fwd_v8's, term for term
+// (cos1, sin1: the row step_rope_row took), so q and the cache hold the same bits as after
+// qkv_rope_forward and the cache write.
+extern "C" __global__ void step_rope_cache(const act_t* __restrict__ qkv, const act_t* __restrict__ cos1,
+                                           const act_t* __restrict__ sin1, act_t* __restrict__ q,
+                                           act_t* __restrict__ kc, act_t* __restrict__ vc,
+                                           const int* __restrict__ state, int B, int H, int K, int S, int D) {
+    const int h2 = D / 2, h8 = D / 16, J = H + 2 * K;
+    const i64 total = (i64)B * J * h8;
+    const int pos = state[0];
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        const int i = (int)(idx % h8) * 8;
+        const i64 rest = idx / h8;
+        const int j = (int)(rest % J);
+        const i64 b = rest / J;
+        const act_t* src = qkv + b * J * D + (i64)j * D;
+        const vec8 a = *reinterpret_cast<const vec8*>(src + i), c2 = *reinterpret_cast<const vec8*>(src + i + h2);
+        if (j < H + K) {
+            act_t* dst = j < H ? q + (b * H + j) * D : kc + ((b * K + (j - H)) * S + pos) * D;
+            float cs[8], sn[8];
+            load_row<8>(cos1, i, cs);
+            load_row<8>(sin1, i, sn);
+            vec8 o1, o2;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float x1 = to_f(a.v[e]), x2 = to_f(c2.v[e]);
+                o1.v[e] = from_f(x1 * cs[e] - x2 * sn[e]);
+                o2.v[e] = from_f(x2 * cs[e] + x1 * sn[e]);
+            }
+            *reinterpret_cast<vec8*>(dst + i) = o1;
+            *reinterpret_cast<vec8*>(dst + i + h2) = o2;
+        } else {
+            act_t* dst = vc + ((b * K + (j - H - K)) * S + pos) * D;
+            *reinterpret_cast<vec8*>(dst + i) = a;
+            *reinterpret_cast<vec8*>(dst + i + h2) = c2;
+        }
+    }
+}

@@ -49,10 +49,11 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
 STEP_VIEWS = os.environ.get("BYTEMODEL_STEP_FUSED") == "1"   # (both: BYTEMODEL_STEP_FUSED=1, for the CLI)
-                               # the captured cuBLAS step reads k, v and q where the projection left them: the
-                               # cache write (step_cache_write_views) and the attention (dec_attn_act_d*: act_t
-                               # query in, act_t output, the cast it replaces) with no copies or casts around
-                               # them, 4 launches a layer fewer, the same bits; off until a device has measured it
+                               # the captured cuBLAS step reads k, v and q where the projection left them: RoPE
+                               # and the cache write in one pass (step_rope_cache; step_cache_write_views where
+                               # D % 16 != 0) and the attention on the act_t query, writing act_t (dec_attn_act_d*)
+                               # with no copies or casts around them, 5 launches a layer fewer, the same bits;
+                               # off until a device has measured it
 STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm after it in one kernel
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8); off until a device has run its test and timed it
@@ -206,6 +207,7 @@ class BlasStep:
         self.k_rope_row = mod.get_function("step_rope_row")
         self.k_cache_write = mod.get_function("step_cache_write")
         self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_VIEWS else None
+        self.k_rope_cache = mod.get_function("step_rope_cache") if STEP_VIEWS else None
         C = cfg.d_model
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
@@ -259,18 +261,8 @@ class BlasStep:
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
             kc, vc = cache[i]
-            qkv = o.matmul_forward(h1, W[p + "wqkv"])
-            q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
-            it = k.itemsize
-            if self.k_cache_views is not None and k.strides[3] == it and v.strides[3] == it:
-                st = [np.int64(a.strides[j] // it) for a in (k, v) for j in (0, 1)]
-                self.k_cache_views((_blocks_of(B * K * D),), (_THREADS,), (k, v, *st, kc, vc, slot_at, i32(B),
-                                                                          i32(K), i32(S), i32(D)))
-            else:
-                kk = cp.ascontiguousarray(k.reshape(B * K, D))
-                vv = cp.ascontiguousarray(v.reshape(B * K, D))
-                self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
-                                                                          i32(S), i32(D)))
+            q = self._qkv_to_cache(o.matmul_forward(h1, W[p + "wqkv"]), kc, vc, slot_at, B, S)
+            it = q.itemsize
             if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
                 a = cp.empty((B, H * D), dtype=o.act_dtype)
                 self.k_attn_act((B * H, 1), (128,), (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it),
@@ -288,6 +280,30 @@ class BlasStep:
             nxt = W[f"layers.{i + 1}.attn_norm"] if i + 1 < cfg.n_layers else W["norm_f"]
             x, h1 = self._add_norm(x, o.matmul_forward(sw, W[p + "w_down"]), nxt)
         return o.matmul_forward(h1, m.head(W)[0])
+
+    def _qkv_to_cache(self, qkv, kc, vc, slot_at, B, S):
+        """The projection's (B, (H + 2K) * D) -> q (B, H, 1, D) rotated, the keys rotated and the values
+        written into the cache at slot_at[0]: qkv_rope_forward then the cache write from copies, or
+        from views (STEP_VIEWS), or (STEP_VIEWS, D % 16 == 0) step_rope_cache's one pass."""
+        o, cfg, i32 = self.ops, self.cfg, np.int32
+        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        if self.k_rope_cache is not None and D % 16 == 0 and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
+            q = cp.empty((B, H, 1, D), dtype=o.act_dtype)
+            self.k_rope_cache((_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),
+                              (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
+            return q
+        q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
+        it = k.itemsize
+        if self.k_cache_views is not None and k.strides[3] == it and v.strides[3] == it:
+            st = [np.int64(a.strides[j] // it) for a in (k, v) for j in (0, 1)]
+            self.k_cache_views((_blocks_of(B * K * D),), (_THREADS,), (k, v, *st, kc, vc, slot_at, i32(B),
+                                                                      i32(K), i32(S), i32(D)))
+        else:
+            kk = cp.ascontiguousarray(k.reshape(B * K, D))
+            vv = cp.ascontiguousarray(v.reshape(B * K, D))
+            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
+                                                                      i32(S), i32(D)))
+        return q
 
     def _add_norm(self, x, y, g):
         """(x + y, rmsnorm(x + y) * g): ops.add then ops.rmsnorm_forward, or step_add_rmsnorm's one
