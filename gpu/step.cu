@@ -32,23 +32,6 @@ extern "C" __global__ void step_cache_write(const act_t* __restrict__ k, const a
     }
 }
 
-// the same copies read where the projection left them: k, v the (B, K, 1, D) strided views of
-// qkv_rope_forward's buffers (element strides ksb, vsb per sequence and ksh, vsh per head, D
-// contiguous), so no contiguous copies of them go first
-extern "C" __global__ void step_cache_write_views(const act_t* __restrict__ k, const act_t* __restrict__ v,
-                                                  i64 ksb, i64 ksh, i64 vsb, i64 vsh,
-                                                  act_t* __restrict__ kc, act_t* __restrict__ vc,
-                                                  const int* __restrict__ state, int B, int K, int S, int D) {
-    const i64 n = (i64)B * K * D;
-    const int pos = state[0];
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-        const i64 r = i / D, d = i - r * D, b = r / K, h = r - b * K;
-        const i64 o = (r * S + pos) * D + d;
-        kc[o] = k[b * ksb + h * ksh + d];
-        vc[o] = v[b * vsb + h * vsh + d];
-    }
-}
-
 // The residual add and the RMSNorm after it, one warp a row (C % 8 == 0): xo = x + y rounded to
 // act_t as residual.cu's add_v8 rounds it, then out = xo * rstd * g as rmsnorm.cu's rmsnorm_fwd_v8
 // computes it from xo (the same loads, sums and products in the same order; rstd is not kept: the

@@ -50,8 +50,8 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
 STEP_VIEWS = os.environ.get("BYTEMODEL_STEP_FUSED") == "1"   # (both: BYTEMODEL_STEP_FUSED=1, for the CLI)
                                # the captured cuBLAS step reads k, v and q where the projection left them: RoPE
-                               # and the cache write in one pass (step_rope_cache; step_cache_write_views where
-                               # D % 16 != 0) and the attention on the act_t query, writing act_t (dec_attn_act_d*)
+                               # and the cache write in one pass (step_rope_cache) and the attention on the
+                               # act_t query, writing act_t (dec_attn_act_d*)
                                # with no copies or casts around them, 5 launches a layer fewer, the same bits;
                                # off until a device has measured it
 STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm after it in one kernel
@@ -206,7 +206,6 @@ class BlasStep:
         mod = _module(_STEP_FILE, ops.precision)
         self.k_rope_row = mod.get_function("step_rope_row")
         self.k_cache_write = mod.get_function("step_cache_write")
-        self.k_cache_views = mod.get_function("step_cache_write_views") if STEP_VIEWS else None
         self.k_rope_cache = mod.get_function("step_rope_cache") if STEP_VIEWS else None
         C = cfg.d_model
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
@@ -284,7 +283,7 @@ class BlasStep:
     def _qkv_to_cache(self, qkv, kc, vc, slot_at, B, S):
         """The projection's (B, (H + 2K) * D) -> q (B, H, 1, D) rotated, the keys rotated and the values
         written into the cache at slot_at[0]: qkv_rope_forward then the cache write from copies, or
-        from views (STEP_VIEWS), or (STEP_VIEWS, D % 16 == 0) step_rope_cache's one pass."""
+        step_rope_cache's one pass (STEP_VIEWS; every head dim the decoder takes is a multiple of 16)."""
         o, cfg, i32 = self.ops, self.cfg, np.int32
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         if self.k_rope_cache is not None and D % 16 == 0 and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
@@ -293,16 +292,10 @@ class BlasStep:
                               (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
             return q
         q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
-        it = k.itemsize
-        if self.k_cache_views is not None and k.strides[3] == it and v.strides[3] == it:
-            st = [np.int64(a.strides[j] // it) for a in (k, v) for j in (0, 1)]
-            self.k_cache_views((_blocks_of(B * K * D),), (_THREADS,), (k, v, *st, kc, vc, slot_at, i32(B),
-                                                                      i32(K), i32(S), i32(D)))
-        else:
-            kk = cp.ascontiguousarray(k.reshape(B * K, D))
-            vv = cp.ascontiguousarray(v.reshape(B * K, D))
-            self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
-                                                                      i32(S), i32(D)))
+        kk = cp.ascontiguousarray(k.reshape(B * K, D))
+        vv = cp.ascontiguousarray(v.reshape(B * K, D))
+        self.k_cache_write((_blocks_of(B * K * D),), (_THREADS,), (kk, vv, kc, vc, slot_at, i32(B * K),
+                                                                  i32(S), i32(D)))
         return q
 
     def _add_norm(self, x, y, g):
