@@ -68,6 +68,17 @@ __device__ __forceinline__ void load_row(const act_t* p, int c, float* f) {
         f[0] = to_f(p[c]);
     }
 }
+// RoPE on 8 pairs (x1 from a, x2 from c2): o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin, rounded to
+// act_t (rope.cu's forward and step.cu's one-token pass: the same bits from both)
+__device__ __forceinline__ void rope_pairs8(const vec8& a, const vec8& c2, const float* cs, const float* sn,
+                                            vec8& o1, vec8& o2) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float x1 = to_f(a.v[e]), x2 = to_f(c2.v[e]);
+        o1.v[e] = from_f(x1 * cs[e] - x2 * sn[e]);
+        o2.v[e] = from_f(x2 * cs[e] + x1 * sn[e]);
+    }
+}
 template <int VW>
 __device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
     if (VW == 8) {

@@ -166,12 +166,7 @@ extern "C" __global__ void rope_qk_fwd_v8(const act_t* __restrict__ qkv, const a
         load_row<8>(cosb + t * h2, i, cs);
         load_row<8>(sinb + t * h2, i, sn);
         vec8 o1, o2;
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            float x1 = to_f(a.v[e]), x2 = to_f(c2.v[e]);
-            o1.v[e] = from_f(x1 * cs[e] - x2 * sn[e]);
-            o2.v[e] = from_f(x2 * cs[e] + x1 * sn[e]);
-        }
+        rope_pairs8(a, c2, cs, sn, o1, o2);
         *reinterpret_cast<vec8*>(dst + i) = o1;
         *reinterpret_cast<vec8*>(dst + i + h2) = o2;
     }
