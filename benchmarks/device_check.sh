@@ -8,6 +8,7 @@
 #                                                # and each add fused with its RMSNorm
 #     bash benchmarks/device_check.sh fused      # the captured cuBLAS step with fewer launches: its tests, generation
 #                                                # at 16 / 64 and the compressor, as it is against fused
+#     bash benchmarks/device_check.sh sample     # the shipped sample, 5 min, the defaults and three variants at once
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto / 0.1 / 0.1 + BPE, at once
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
@@ -60,6 +61,18 @@ if [ "$only" = fused ]; then    # the captured cuBLAS step with fewer launches (
         BYTEMODEL_STEP_FUSED=$f timeout 60 python3 benchmarks/compress.py --preset base --device cuda --precision fp16 \
             --train-steps 0 --bytes 400000 --quick > "$OUT/compress_fused$f.log" 2>&1; tail -3 "$OUT/compress_fused$f.log"
     done
+    exit 0
+fi
+if [ "$only" = sample ]; then   # issue 27's -0.02 on the shipped sample: four variants screened side by side (equal shares)
+    step "the shipped sample, 5 minutes, four at once: the defaults, context 2048, weight decay 0.3, dropout 0.2 + dropout-attn 0.1"
+    S=datasets/klebsiella_hs11286_1m.fa.gz
+    i=0
+    for extra in "" "--context 2048" "--weight-decay 0.3" "--dropout 0.2 --dropout-attn 0.1"; do
+        i=$((i + 1))
+        python3 -m bytemodel.cli train --source $S --device cuda --minutes 5 $extra --no-baseline -q --out /tmp/sample_$i \
+            > "$OUT/sample_$i.log" 2>&1 &
+    done
+    wait; for j in 1 2 3 4; do echo "== sample_$j"; head -1 "$OUT/sample_$j.log"; tail -n 3 "$OUT/sample_$j.log"; done
     exit 0
 fi
 if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed
