@@ -413,7 +413,6 @@ class Decoder:
     def _pdl_setup(self):
         """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, a probe
         kernel launched that way ran), else None: the ordinary launches."""
-        import os
         from . import gpu_capability
         if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
             return None

@@ -56,7 +56,7 @@ MAX_TILE = 4096
 def parse_tile(s: str) -> int:
     n = int(s)
     if not 0 <= n <= MAX_TILE:
-        raise ValueError(f"tile must be 1..{MAX_TILE} pixels (0: whole rows), got {n}")
+        raise ValueError(f"tile must be 0 (whole rows) to {MAX_TILE} pixels, got {n}")
     return n
 
 

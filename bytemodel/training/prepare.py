@@ -213,20 +213,12 @@ def _tile_images(tc: TrainConfig) -> str:
     (given as --reader image[:...] without tile, or detected) whose widest row is longer than the
     run's context (autoconf.auto_tile) gets tc.reader = image:tile=N, recorded with the run like
     any reader. Returns the note that says so, or ''."""
-    from ..readers import detect, get_reader, source_files
+    from ..readers import get_reader, source_files
     from ..readers.image import ImageReader
-    if tc.examples:
+    reader = None if tc.examples else _reader_leaving(tc, ImageReader, "tile")
+    if reader is None:
         return ""
-    if tc.reader:
-        reader = get_reader(tc.reader)
-        if not isinstance(reader, ImageReader) or "tile" in reader.options:
-            return ""
-        files = source_files(tc.source)
-    else:
-        files = source_files(tc.source)
-        if not files or not all(isinstance(detect(f), ImageReader) for f in files):
-            return ""
-        reader = ImageReader()
+    files = source_files(tc.source)
     from .runner import cores
     auto = auto_context(resolve_device(tc.device), cores())
     context = tc.context or (auto if tc.preset == "auto" else PRESETS[tc.preset]["context"])
@@ -244,6 +236,18 @@ def _tile_images(tc: TrainConfig) -> str:
             f"{context:,}-byte context; --reader image:tile=0 keeps whole rows)")
 
 
+def _reader_leaving(tc: TrainConfig, cls, option: str):
+    """The run's reader when it is a `cls` reader that leaves `option` unset: the one given
+    (--reader), or, none given, a `cls` reader with its defaults when detection picks `cls` for
+    every file of the source; else None (another reader, the option given, a mixed folder)."""
+    from ..readers import detect, get_reader, source_files
+    if tc.reader:
+        reader = get_reader(tc.reader)
+        return reader if isinstance(reader, cls) and option not in reader.options else None
+    files = source_files(tc.source)
+    return cls() if files and all(isinstance(detect(f), cls) for f in files) else None
+
+
 def _train_bytes(corpus) -> int:
     """The training part's bytes, estimated from its share of the tokens."""
     return int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
@@ -256,24 +260,18 @@ def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
     (given as --reader fasta[:...] or detected), the reverse strand is added when
     autoconf.auto_revcomp says so for the run's device and training bytes, and every byte of the
     data is a nucleotide code (a protein FASTA has no reverse complement)."""
-    from ..readers import detect, get_reader, source_files
+    from ..readers import get_reader
     from ..readers.fasta import NUCLEOTIDE_CODES, FastaReader
-    if tc.reader:
-        reader = get_reader(tc.reader)
-        if reader.augments or not isinstance(reader, FastaReader) or "revcomp" in reader.options:
-            return (reader if reader.augments else None), False
-        options = reader.options
-    else:
-        found = [detect(f) for f in source_files(tc.source)]
-        if not found or not all(isinstance(r, FastaReader) for r in found):
-            return None, False
-        options = {}
-    if not auto_revcomp(_train_bytes(corpus), tc.device):
+    given = get_reader(tc.reader) if tc.reader else None
+    if given is not None and given.augments:
+        return given, False
+    reader = _reader_leaving(tc, FastaReader, "revcomp")
+    if reader is None or not auto_revcomp(_train_bytes(corpus), tc.device):
         return None, False
     from ..runinfo import byte_values
     if not set(byte_values(corpus.train, tok)) <= NUCLEOTIDE_CODES:
         return None, False
-    return FastaReader(**{**options, "revcomp": True}), True
+    return FastaReader(**{**reader.options, "revcomp": True}), True
 
 
 def _open_prepared(d: dict) -> Run:
