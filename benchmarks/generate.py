@@ -14,7 +14,7 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL on (default) / off
-    python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the cache from views, + add/norm fused
+    python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the fused step (default) / views only / as it was
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
@@ -174,10 +174,10 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.PDL = False
         r = time_ours(name, args.device, args.precision, args.tokens, n)
-    elif kind in ("ours-views", "ours-fused"):   # the cuBLAS step reading k, v, q where the projection
-        from bytemodel.ops import cuda_decode      # left them (STEP_VIEWS); fused: each add with its norm too
-        cuda_decode.STEP_VIEWS = True
-        cuda_decode.STEP_ADD_NORM = kind == "ours-fused"
+    elif kind in ("ours-unfused", "ours-views"):   # the cuBLAS step as it was (copies around RoPE, the cache
+        from bytemodel.ops import cuda_decode        # and attention; each add then its norm), or reading k, v, q
+        cuda_decode.STEP_VIEWS = kind == "ours-views"  # where the projection left them (STEP_VIEWS) but the add
+        cuda_decode.STEP_ADD_NORM = False              # and norm apart; "ours" is both (the default)
         r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-launched":     # above GRAPH_MAX_BATCH: the cuBLAS step launched from Python, as before
         from bytemodel.ops import cuda_decode
@@ -214,8 +214,8 @@ def main():
     ap.add_argument("--pdl", action="store_true",
                     help="also ours without programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
     ap.add_argument("--views", action="store_true",
-                    help="also ours with the cuBLAS step reading k, v, q where the projection left them (STEP_VIEWS), and that with "
-                         "each add fused with its RMSNorm (STEP_ADD_NORM), N > 4")
+                    help="also ours with the captured cuBLAS step as it was (ours-unfused: copies around RoPE, the cache and "
+                         "attention, each add and its norm apart) and with views only (STEP_VIEWS without STEP_ADD_NORM), N > 4")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -246,7 +246,7 @@ def main():
         if args.pdl:
             sides += [("ours-nopdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
         if args.views:
-            sides += [(k, int(n)) for k in ("ours-views", "ours-fused") for n in args.samples.split(",") if int(n) > 4]
+            sides += [(k, int(n)) for k in ("ours-unfused", "ours-views") for n in args.samples.split(",") if int(n) > 4]
         if args.graph_max_batch:
             sides += [(f"ours-b{args.graph_max_batch}", int(n)) for n in args.samples.split(",")
                       if int(n) > 16]

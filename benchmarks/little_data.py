@@ -178,11 +178,15 @@ def model(a) -> None:
     scores = {}
     if a.parallel:      # every held-out file under every run at once too (one at a time took minutes)
         jobs = [(run, held) for kind, _, run in runs for held in sorted((a.out / kind / "held").iterdir())]
-        procs = [(j, subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "score", str(j[1]), "-c", str(j[0]),
-                                       "--device", a.device], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True)) for j in jobs]
+        procs = []
+        for j in jobs:      # each score's line written as it comes (a cut call keeps those done): RUN.HELD.score
+            with open(f"{j[0]}.{j[1].name}.score", "w") as f:
+                procs.append((j, subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "score", str(j[1]), "-c",
+                                                   str(j[0]), "--device", a.device], stdout=f, stderr=subprocess.STDOUT)))
         for j, p in procs:
-            scores[j] = p.communicate()[0]
+            p.wait()
+            scores[j] = Path(f"{j[0]}.{j[1].name}.score").read_text()
+            print(f"{j[1].name} under {j[0].name}: {scores[j].strip()}", flush=True)
             if p.returncode:
                 raise SystemExit(f"scoring {j[1]} with {j[0]} failed:\n{scores[j]}")
     for kind, reader, run in runs:

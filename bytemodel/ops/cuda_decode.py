@@ -48,15 +48,16 @@ MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel
                                # (dec_*_m*, fp16/bf16) instead of the captured cuBLAS step; 0: off, as measured
                                # (H200, base fp16: B 16 24,704 against 23,526 tokens/s, B 64 33,377 against
                                # 71,134: every CTA re-stages and re-normalises the whole batch; generate.py --mma)
-STEP_VIEWS = os.environ.get("BYTEMODEL_STEP_FUSED") == "1"   # (both: BYTEMODEL_STEP_FUSED=1, for the CLI)
+STEP_VIEWS = os.environ.get("BYTEMODEL_STEP_FUSED", "1") != "0"   # (BYTEMODEL_STEP_FUSED=0: neither, for the CLI)
                                # the captured cuBLAS step reads k, v and q where the projection left them: RoPE
                                # and the cache write in one pass (step_rope_cache) and the attention on the
-                               # act_t query, writing act_t (dec_attn_act_d*)
-                               # with no copies or casts around them, 5 launches a layer fewer, the same bits;
-                               # off until a device has measured it
+                               # act_t query, writing act_t (dec_attn_act_d*), with no copies or casts around
+                               # them: 5 launches a layer fewer, the same bits (H200, base fp16, generate.py
+                               # --views: B 16 23,936 -> 29,208 tokens/s, B 64 75,826 -> 87,731)
 STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm after it in one kernel
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
-                               # rmsnorm_fwd_v8); off until a device has run its test and timed it
+                               # rmsnorm_fwd_v8): B 16 30,653, B 64 88,417 with both; the compressor at base
+                               # 236 -> 277 KB/s compressing, 175 -> 204 decompressing (400 kB, compress.py)
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
