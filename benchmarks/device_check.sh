@@ -6,8 +6,8 @@
 #     bash benchmarks/device_check.sh pdl        # the decoder's tests, then batch 1, 4 with PDL on / off and
 #                                                # 16, 64 with the cuBLAS step as it is / its cache from views /
 #                                                # and each add fused with its RMSNorm
-#     bash benchmarks/device_check.sh fused      # the captured cuBLAS step with fewer launches: its tests, generation
-#                                                # at 16 / 64 and the compressor, as it is against fused
+#     bash benchmarks/device_check.sh fused      # the captured cuBLAS step with fewer launches (the default): its tests,
+#                                                # generation at 16 / 64 and the compressor, fused against unfused
 #     bash benchmarks/device_check.sh sample     # the shipped sample, 5 min, the defaults and three variants at once
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes, dropout auto / 0.1 / 0.1 + BPE, at once
@@ -52,8 +52,8 @@ if [ "$only" = fused ]; then    # the captured cuBLAS step with fewer launches (
     echo "decode tests rc=$?"; tail -3 "$OUT/fused_tests.log"
     BYTEMODEL_STEP_FUSED=0 timeout 100 python3 -m pytest -q -p no:cacheprovider --timeout 90 -m gpu tests/test_compress_gpu.py \
         -rfE > "$OUT/fused_compress_tests.log" 2>&1     # the compressor's captured step, unfused (the default is fused), against its launched one
-    echo "compressor tests, fused, rc=$?"; tail -3 "$OUT/fused_compress_tests.log"
-    step "generation at 16 and 64: as it is / views / views + add-norm"
+    echo "compressor tests, unfused, rc=$?"; tail -3 "$OUT/fused_compress_tests.log"
+    step "generation at 16 and 64: fused (the default) / as it was / views only"
     timeout 200 python3 benchmarks/generate.py --device cuda --presets base --samples 16,64 --tokens 512 --views --rounds 3 \
         > "$OUT/generate_fused.log" 2>&1; cat "$OUT/generate_fused.log"
     step "the compressor at base, 400 kB, unfused (BYTEMODEL_STEP_FUSED=0) / fused (the default)"

@@ -180,12 +180,13 @@ def model(a) -> None:
         jobs = [(run, held) for kind, _, run in runs for held in sorted((a.out / kind / "held").iterdir())]
         procs = []
         for j in jobs:      # each score's line written as it comes (a cut call keeps those done): RUN.HELD.score
-            with open(f"{j[0]}.{j[1].name}.score", "w") as f:
-                procs.append((j, subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "score", str(j[1]), "-c",
-                                                   str(j[0]), "--device", a.device], stdout=f, stderr=subprocess.STDOUT)))
-        for j, p in procs:
+            log = Path(f"{j[0]}.{j[1].name}.score")
+            with open(log, "w") as f:
+                procs.append((j, log, subprocess.Popen([sys.executable, "-m", "bytemodel.cli", "score", str(j[1]), "-c",
+                                                        str(j[0]), "--device", a.device], stdout=f, stderr=subprocess.STDOUT)))
+        for j, log, p in procs:
             p.wait()
-            scores[j] = Path(f"{j[0]}.{j[1].name}.score").read_text()
+            scores[j] = log.read_text()
             print(f"{j[1].name} under {j[0].name}: {scores[j].strip()}", flush=True)
             if p.returncode:
                 raise SystemExit(f"scoring {j[1]} with {j[0]} failed:\n{scores[j]}")
