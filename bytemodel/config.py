@@ -145,8 +145,8 @@ class TrainConfig:
     grad_clip: float = 1.0     # global-norm clip; 0 disables
     seed: int = 0              # init and sampler seed
     eval_every: int = 0        # steps between validations (and checkpoints); 0: the preset's
-    eval_tokens: int = 0       # validation tokens scored each time (evenly spread windows); 0: the
-                               # whole held-out tail on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
+    eval_tokens: int = 0       # validation tokens scored each time (evenly spread windows); 0: at most
+                               # autoconf.GPU_EVAL_TOKENS on a GPU, autoconf.CPU_EVAL_TOKENS on the CPU
     val_fraction: float = 0.1  # tail of the corpus held out
     patience: int = 5          # stop after this many validations without a new best; 0: never
     schedule: str = "plateau"  # learning rate after the warmup: plateau, the cosine halved from the best

@@ -163,7 +163,7 @@ def test_non_finite_validation_is_warned_and_recorded_as_null(tmp_path, dna_file
 def test_auto_settings_rules():
     from bytemodel.training.autoconf import auto_precision, auto_preset, PARAMS_PER_BYTE
     from bytemodel.config import TrainConfig
-    from bytemodel.training.autoconf import resolve
+    from bytemodel.training.autoconf import CPU_EVAL_TOKENS, GPU_EVAL_TOKENS, resolve
     assert auto_precision("cpu") == "fp32"
     assert auto_precision("cuda", (9, 0)) == "bf16" and auto_precision("cuda", (8, 0)) == "bf16"
     assert auto_precision("cuda", (7, 5)) == "fp16"
@@ -176,9 +176,15 @@ def test_auto_settings_rules():
     tc = TrainConfig(source="x", preset="auto", lr=0.0, warmup=-1, batch_size=0, eval_every=0)
     resolve(tc, "cpu", 10 ** 6, 2)
     assert (tc.preset, tc.lr, tc.warmup, tc.batch_size, tc.eval_every, tc.precision) == ("tiny", 2e-3, 50, 16, 100, "fp32")
-    given = TrainConfig(source="x", preset="base", lr=1e-4, warmup=7, batch_size=3, eval_every=9, precision="fp16")
+    assert tc.eval_tokens == CPU_EVAL_TOKENS
+    on_gpu = TrainConfig(source="x", preset="auto", lr=0.0, warmup=-1, batch_size=0, eval_every=0, precision="bf16")
+    resolve(on_gpu, "cuda", 10 ** 6, 2)     # a GPU validates on a bounded share of a long tail too
+    assert on_gpu.eval_tokens == GPU_EVAL_TOKENS and CPU_EVAL_TOKENS < GPU_EVAL_TOKENS <= 2 ** 22
+    given = TrainConfig(source="x", preset="base", lr=1e-4, warmup=7, batch_size=3, eval_every=9, precision="fp16",
+                        eval_tokens=5)
     resolve(given, "cuda", 10 ** 6, 2)      # what the user gave is kept
-    assert (given.lr, given.warmup, given.batch_size, given.eval_every, given.precision) == (1e-4, 7, 3, 9, "fp16")
+    assert (given.lr, given.warmup, given.batch_size, given.eval_every, given.precision, given.eval_tokens) == \
+        (1e-4, 7, 3, 9, "fp16", 5)
 
 
 def test_loss_png_and_plot_command(tmp_path, dna_file, fast_settings):
