@@ -43,6 +43,11 @@ def test_train_generate_score_info(tmp_path, dna_file):
     assert code == 2 and one_line_error(out), out
     code, out = run(["score", str(dna_file), "-c", str(run_dir)])
     assert code == 0 and "bits/byte" in out
+    for cmd in ("score", "eval"):      # the precision is checked, one line (the CPU takes any valid one as fp32)
+        code, out = run([cmd, str(dna_file), "-c", str(run_dir), "--precision", "fp8"])
+        assert code == 2 and one_line_error(out) and "unknown precision 'fp8'" in out, out
+    fp32 = run(["score", str(dna_file), "-c", str(run_dir), "--precision", "fp32"])
+    assert fp32 == run(["score", str(dna_file), "-c", str(run_dir), "--precision", "bf16"])   # the CPU: fp32
     code, out = run(["info", str(run_dir), "--last"])
     assert code == 0 and "step 6 of 6 (latest weights)" in out, out
     # resume to more steps

@@ -151,3 +151,21 @@ def test_gpu_score_matches_the_cpu_reference(model, precision):
         assert a["tokens"] == b["tokens"]
         tol = 1e-4 if precision == "fp32" else 2e-2
         assert abs(a["bits_per_byte"] - b["bits_per_byte"]) < tol * max(1.0, b["bits_per_byte"])
+
+
+@gpu
+def test_cli_score_on_a_gpu_computes_in_fp16_by_default(tmp_path):
+    """`score` / `eval --device cuda` compute as compress codes (fp16) unless --precision says
+    otherwise: the default's line is the fp16 line to the bit, and not the fp32 one (6,000 bytes
+    through fp16 rounding move the summed bits by far more than the one bit the line shows)."""
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    data = tmp_path / "x.bin"
+    data.write_bytes(_data(6000, 5))
+    r = CliRunner()
+    small = ["--preset", "tiny", "--context", "32", "--batch-size", "4", "--eval-tokens", "256", "--d-model", "32",
+             "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "--no-baseline", "-q"]
+    assert r.invoke(app, ["train", "--source", str(data), "--steps", "20", "--out", str(tmp_path / "run")] + small).exit_code == 0
+    line = {p: r.invoke(app, ["score", str(data), "-c", str(tmp_path / "run"), "--device", "cuda"]
+                        + (["--precision", p] if p else [])).output for p in ("", "fp16", "fp32")}
+    assert line[""] == line["fp16"] != line["fp32"], line

@@ -331,6 +331,8 @@ def score(
     adapt: bool = typer.Option(False, "--adapt", help="Score as `compress --adapt` codes: the documents joined, "
                                "in its streams, the model learning as it goes."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
+    precision: str = typer.Option("fp16", help="On cuda: fp16 (what compress codes with), bf16 or fp32 (the "
+                                  "CPU's figures, many times slower); the CPU computes in fp32."),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 
@@ -347,12 +349,12 @@ def score(
             raise ConfigError("--last names a run's weights; --preset starts a fresh model")
         if last:
             from .. import load
-            lm, settings = load(checkpoint, device=device, last=True), None
+            lm, settings = load(checkpoint, device=device, precision=precision, last=True), None
             if adapt:
                 from ..compress.adapt import settings as adapt_settings
                 settings = adapt_settings(lm)
         else:
-            lm, settings = _model_and_adapt(checkpoint, device, "fp32", adapt, preset, None, None, None)
+            lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, None, None, None)
         from .compress import _run_reader
         run_reader = _run_reader(lm)     # the reader the run recorded (a fresh --preset model: none)
         if not raw and getattr(lm, "data", None) is not None:
