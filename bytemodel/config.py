@@ -155,7 +155,8 @@ class TrainConfig:
                                # checkpoint without it ran cosine
     dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
                                # bytes and device (training/autoconf.py)
-    dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: 0 for a new run, a fine-tune keeps its parent's
+    dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: auto for a new run (autoconf.auto_dropout_attn),
+                                # a fine-tune keeps its parent's
     minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (training/budget.py)
     device: str = "cpu"
     precision: str = "auto"    # auto: fp32 on the CPU, bf16 on GPUs of compute capability >= 8.0, else fp16

@@ -216,12 +216,17 @@ def test_cli_dropout_flag(tmp_path, dna_file):
 
 def test_auto_dropout_rule():
     from bytemodel.config import TrainConfig
-    from bytemodel.training.autoconf import auto_dropout, resolve
-    assert auto_dropout(1_000_000, "cuda") == 0.1 and auto_dropout(20_000_000, "cuda") == 0.0
+    from bytemodel.training.autoconf import auto_dropout, auto_dropout_attn, resolve
+    assert auto_dropout(1_000_000, "cuda") == 0.2 and auto_dropout(20_000_000, "cuda") == 0.0
     assert auto_dropout(1_000_000, "cpu") == 0.0
+    assert auto_dropout_attn(1_000_000, "cuda") == 0.2 and auto_dropout_attn(20_000_000, "cuda") == 0.0
+    assert auto_dropout_attn(1_000_000, "cpu") == 0.0
     tc = TrainConfig(source="x", dropout=-1, precision="bf16")   # precision given: no GPU asked
     resolve(tc, "cuda", 1_000_000)
-    assert tc.dropout == 0.1
-    tc = TrainConfig(source="x", dropout=0.3, precision="bf16")   # given: kept
+    assert (tc.dropout, tc.dropout_attn) == (0.2, 0.2)
+    tc = TrainConfig(source="x", dropout=0.3, dropout_attn=0.05, precision="bf16")   # given: kept
     resolve(tc, "cuda", 1_000_000)
-    assert tc.dropout == 0.3
+    assert (tc.dropout, tc.dropout_attn) == (0.3, 0.05)
+    tc = TrainConfig(source="x", dropout=-1, precision="bf16")
+    resolve(tc, "cuda", 30_000_000)
+    assert (tc.dropout, tc.dropout_attn) == (0.0, 0.0)

@@ -45,8 +45,8 @@ def train(
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
     dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
                                 "P in [0, 0.9], or auto (by training bytes and device; benchmarks/README.md)."),
-    dropout_attn: float = typer.Option(0.0, "--dropout-attn", help="Dropout on the attention probabilities while "
-                                       "training, P in [0, 0.9] (default 0)."),
+    dropout_attn: str = typer.Option("auto", "--dropout-attn", help="Dropout on the attention probabilities while "
+                                     "training: P in [0, 0.9], or auto (0.2 where --dropout auto drops, else 0)."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
     seed: int = typer.Option(D.seed, help="Seed for the initial weights and the batch sampler."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default: runs/<source>-N)."),
@@ -107,7 +107,7 @@ def train(
             raise ConfigError(f"steps must be positive, got {steps}")
         settings = dict(preset=preset, steps=steps or (0 if resume else D.steps), batch_size=batch_size,
                         context=context, lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
-                        dropout=drop, dropout_attn=dropout_attn,
+                        dropout=drop, dropout_attn=parse_dropout(dropout_attn, "--dropout-attn"),
                         seed=seed, device=device or ("" if resume else D.device),
                         precision=precision or ("" if resume else D.precision), reader=reader, merges=merges, tokenizer=tokenizer,
                         workers=workers, distributed=distributed, shard_optimizer=shard_optimizer,
@@ -129,14 +129,14 @@ def train(
             raise typer.Exit(130)
 
 
-def parse_dropout(text: str) -> float:
-    """--dropout: 'auto' -> -1 (TrainConfig's auto), else a number (checked by TrainConfig)."""
+def parse_dropout(text: str, flag: str = "--dropout") -> float:
+    """--dropout, --dropout-attn: 'auto' -> -1 (TrainConfig's auto), else a number (checked by TrainConfig)."""
     if text.strip().lower() == "auto":
         return -1.0
     try:
         return float(text)
     except ValueError:
-        raise ConfigError(f"--dropout must be a number in [0, 0.9] or auto, got {text!r}") from None
+        raise ConfigError(f"{flag} must be a number in [0, 0.9] or auto, got {text!r}") from None
 
 
 def _summary(res) -> None:

@@ -69,22 +69,31 @@ def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
 
 
 DROPOUT_SMALL_DATA = 4_000_000   # training bytes up to which a GPU run drops (see auto_dropout)
-DROPOUT_SMALL = 0.1
+DROPOUT_SMALL = 0.2
+DROPOUT_ATTN_SMALL = 0.2
 
 
 def auto_dropout(train_bytes: int, device: str) -> float:
     """The dropout `--dropout auto` picks for `train_bytes` of training data on `device`.
 
-    From the H200 sweep at equal time (benchmarks/README.md, "Dropout"): on 1.07 MB of DNA the
-    small preset sees the data ~30 times in a minute; dropout 0.1 gave the best validation
-    (1.8098 against 1.8122 without, 1.8124 at 0.2) and over-fitted far more slowly (2.24 -> 1.95
-    bits/byte at step 2000). On 21.7 MB of English (base, under half a pass in a minute) every
-    dropout cost: +0.039 (0.1), +0.055 (0.2). So: 0.1 on a GPU for data small enough to be seen
-    many times over (up to DROPOUT_SMALL_DATA; between 1 and 22 MB nothing was measured, and 0 is
-    today's behaviour), 0 otherwise; 0 on the CPU, whose runs see their data a few times at most."""
+    From the H200 sweeps at equal time (benchmarks/README.md, "Dropout" and "Stronger dropout on
+    little data"): data small enough to be seen tens of times over in a few minutes (the shipped
+    genome with its reverse strand, 2.1 MB; ten minutes of speech, 2.8 MB) over-fits without it.
+    0.1 first (1.07 MB of DNA, 1 minute: 1.8098 against 1.8122 without); then, in one call, 5
+    minutes on the sample: 0.1 1.7981, 0.2 with attention dropout 0.1 1.7906, 0.2 with 0.2
+    **1.7865**; on held-out speech the bits of 0.1 fell by 3.9-4.9% with 0.2 / 0.2 or 0.3 / 0.1.
+    On 21.7 MB of English (base, under half a pass in a minute) every dropout cost: +0.039 (0.1),
+    +0.055 (0.2). So: DROPOUT_SMALL on a GPU up to DROPOUT_SMALL_DATA (between 4 and 22 MB
+    nothing was measured; 0 is the behaviour before), 0 otherwise; 0 on the CPU, whose runs see
+    their data a few times at most."""
     if device != "cpu" and train_bytes <= DROPOUT_SMALL_DATA:
         return DROPOUT_SMALL
     return 0.0
+
+
+def auto_dropout_attn(train_bytes: int, device: str) -> float:
+    """`--dropout-attn auto`: DROPOUT_ATTN_SMALL where auto_dropout drops (the same sweeps), else 0."""
+    return DROPOUT_ATTN_SMALL if auto_dropout(train_bytes, device) > 0 else 0.0
 
 
 AUTO_TILE = 32             # the image tile side a run takes when its images' rows outrun its context
@@ -142,8 +151,8 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> 
         tc.preset = auto_preset(train_bytes, device, cores)
     if tc.dropout == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
         tc.dropout = auto_dropout(train_bytes, device)
-    if tc.dropout_attn == -1 and train_bytes is not None:   # not swept: off unless asked for
-        tc.dropout_attn = 0.0
+    if tc.dropout_attn == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
+        tc.dropout_attn = auto_dropout_attn(train_bytes, device)
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
     d = PRESET_TRAIN[tc.preset]
