@@ -212,6 +212,15 @@ def test_cli_dropout_flag(tmp_path, dna_file):
     assert r.exit_code == 2 and "dropout" in r.output
     r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout-attn", "0.95", "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "error:" in r.output and "dropout-attn" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout-attn", "some", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "error: --dropout-attn must be a number" in r.output and "Traceback" not in r.output
+    small = ["--preset", "tiny", "--context", "32", "--batch-size", "4", "--eval-tokens", "256", "--d-model", "32",
+             "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "--no-baseline", "--steps", "2"]
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--out", str(tmp_path / "d"), "--dropout", "0.2",
+                                 "--dropout-attn", "0.1"] + small)
+    assert r.exit_code == 0 and "dropout 0.2, attention dropout 0.1" in r.output.splitlines()[0], r.output
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--out", str(tmp_path / "e")] + small)
+    assert r.exit_code == 0 and ", dropout" not in r.output.splitlines()[0], r.output   # the CPU's auto: none
 
 
 def test_auto_dropout_rule():

@@ -529,7 +529,9 @@ class Loop:
                      f"batch {tc.batch_size}, lr {tc.lr:g}, warmup {tc.warmup}, "
                      + (f"time budget {tc.minutes:g} min" if self.budget.enabled else f"{st.planned} steps")
                      + (f", patience {tc.patience}" if tc.patience else "")
-                     + (", plateau schedule" if tc.schedule == "plateau" else ""))
+                     + (", plateau schedule" if tc.schedule == "plateau" else "")
+                     + (f", dropout {cfg.dropout:g}" if cfg.dropout else "")
+                     + (f", attention dropout {cfg.dropout_attn:g}" if cfg.dropout_attn else ""))
         else:
             self.log(f"resuming {run_dir} at step {st.step} of "
                      f"{st.planned if st.planned != UNPLANNED else '(not yet planned)'}")
