@@ -17,8 +17,8 @@
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
 #     bash benchmarks/device_check.sh photos     # photos alone with the default reader (tile 32), 4 minutes, scored
-#     bash benchmarks/device_check.sh speech     # speech (pcm16), 5 minutes, the defaults and FLAGS (default: dropout
-#                                                # 0.3 / attention 0.1) at once, both held-out clips scored
+#     bash benchmarks/device_check.sh speech     # speech (ENC: pcm16, or pcm16msb), 5 minutes, the defaults and FLAGS
+#                                                # (default: dropout 0.3 / attention 0.1) at once, both held-out clips scored
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the sample, text and
@@ -96,11 +96,12 @@ if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemod
 fi
 if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py split and codecs)
     FLAGS=${FLAGS:---dropout 0.3 --dropout-attn 0.1}
-    step "speech pcm16, 5 minutes, two at once: the defaults and $FLAGS"
+    ENC=${ENC:-pcm16}       # or pcm16msb: the high byte first
+    step "speech $ENC, 5 minutes, two at once: the defaults and $FLAGS"
     L=.dev/little
     for i in 1 2; do
         extra=""; [ $i = 2 ] && extra=$FLAGS
-        python3 -m bytemodel.cli train --source $L/speech/train --reader audio:encoding=pcm16,rate=8000 --device cuda \
+        python3 -m bytemodel.cli train --source $L/speech/train --reader audio:encoding=$ENC,rate=8000 --device cuda \
             --minutes 5 $extra --no-baseline --out /tmp/speech_$i > "$OUT/speech_$i.log" 2>&1 &
     done
     wait

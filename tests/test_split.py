@@ -138,9 +138,10 @@ def _wav(n=801, rate=8000, channels=1, width=2, tail=b""):
     return buf.getvalue() + tail
 
 
-def test_pcm16_wav_and_aiff_split_into_their_samples(tmp_path):
+@pytest.mark.parametrize("encoding", ["pcm16", "pcm16msb"])
+def test_pcm16_wav_and_aiff_split_into_their_samples(tmp_path, encoding):
     sf = pytest.importorskip("soundfile")
-    r = get_reader("audio:encoding=pcm16")
+    r = get_reader(f"audio:encoding={encoding}")
     x = (3000 * np.sin(np.arange(801) * 0.07)).astype(np.int16)
     sf.write(tmp_path / "a.aiff", x, 8000, format="AIFF", subtype="PCM_16")
     files = {"wav": _wav(), "wav + junk": _wav(tail=b"LIST\x04\x00\x00\x00abcdJUNK"),
@@ -152,7 +153,7 @@ def test_pcm16_wav_and_aiff_split_into_their_samples(tmp_path):
         f.write_bytes(raw)
         assert docs == list(r.read(f)), name                # the samples, as the reader gives them
         assert len(layout) < 200
-    docs, layout = get_reader("audio:encoding=pcm16,clip=0.05").split(_wav())
+    docs, layout = get_reader(f"audio:encoding={encoding},clip=0.05").split(_wav())
     assert [len(d) for d in docs] == [800, 800, 2]           # 801 samples in clips of 400
     for lossy in ("audio", "audio:encoding=pcm16,rate=16000"):
         assert get_reader(lossy).split(_wav()) is None      # mu-law / resampled: no exact split

@@ -4,6 +4,11 @@ Document: one per file (or one per ``clip`` seconds): mono samples at ``rate`` H
 - ``encoding=mulaw`` (default): 1 byte per sample, G.711 mu-law (8-bit, 14-bit dynamic range;
   the classic choice for byte-level audio models, e.g. WaveNet).
 - ``encoding=pcm16``: 2 bytes per sample, signed 16-bit little-endian.
+- ``encoding=pcm16msb``: 2 bytes per sample, the high byte first, offset binary (the sample plus
+  32768, big-endian: silence is 0x80 0x00, and byte order follows amplitude order): a model
+  predicts a sample's coarse value from the samples before it, then its fine value given the
+  coarse one, as WaveRNN (Kalchbrenner et al., 2018) splits a 16-bit sample. The same samples as
+  pcm16, exactly. Early in training it is no better (benchmarks/README.md, "pcm16msb").
 
 Decoding: the file is read as 16-bit integers, channels are averaged to mono, and the signal is
 resampled to ``rate`` (default 8000 Hz, telephone speech) simply: a Hann-windowed sinc low-pass
@@ -19,9 +24,10 @@ container this libsndfile cannot write is refused in one line, never replaced by
 pcm16 an odd trailing byte is dropped. Mu-law decode then encode gives back the same bytes, so
 read -> write -> read is exact for the lossless containers (WAV, FLAC, AIFF, AU, W64, CAF).
 
-``split`` (the compressor's view): with ``encoding=pcm16``, a mono 16-bit PCM WAV or AIFF file at
-the reader's rate splits exactly into its samples as documents (little-endian, as ``read`` gives
-them; an AIFF's big-endian samples are swapped) and a layout of the bytes before and after them.
+``split`` (the compressor's view): with ``encoding=pcm16`` or ``pcm16msb``, a mono 16-bit PCM WAV or
+AIFF file at the reader's rate splits exactly into its samples as documents (in the encoding, as
+``read`` gives them; an AIFF's big-endian samples are swapped) and a layout of the bytes before and
+after them.
 Anything else (mu-law, another rate or channel count, other sample formats) is no exact split:
 the reader's view drops information there.
 """
@@ -122,7 +128,7 @@ class AudioReader(Reader):
                   ".snd", ".mp3", ".w64", ".caf")
     magic = (b"fLaC", b"OggS", b".snd", b"ID3")
     description = "audio via soundfile: mono 8-bit mu-law (or 16-bit PCM) at 8 kHz; writes WAV"
-    OPTIONS = {"rate": _rate, "encoding": choice("mulaw", "pcm16"), "clip": _clip}
+    OPTIONS = {"rate": _rate, "encoding": choice("mulaw", "pcm16", "pcm16msb"), "clip": _clip}
 
     def sniff(self, head: bytes) -> bool:
         return (super().sniff(head) or (head[:4] == b"RIFF" and head[8:12] == b"WAVE")
@@ -161,6 +167,8 @@ class AudioReader(Reader):
         """int16 samples (N,) -> document bytes in this reader's encoding."""
         if self.encoding == "mulaw":
             return mulaw_encode(samples).tobytes()
+        if self.encoding == "pcm16msb":
+            return (samples.astype(np.int32) + 32768).astype(">u2").tobytes()
         return samples.astype("<i2").tobytes()
 
     def decode(self, data: bytes) -> np.ndarray:
@@ -168,6 +176,8 @@ class AudioReader(Reader):
         if self.encoding == "mulaw":
             return mulaw_decode(np.frombuffer(bytes(data), dtype=np.uint8))
         data = bytes(data)
+        if self.encoding == "pcm16msb":
+            return (np.frombuffer(data[: len(data) // 2 * 2], dtype=">u2").astype(np.int32) - 32768).astype(np.int16)
         return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.int16)
 
     def read(self, path: str | os.PathLike) -> Iterator[bytes]:
@@ -180,7 +190,7 @@ class AudioReader(Reader):
     def split(self, raw: bytes):
         """A mono pcm16 WAV/AIFF at this reader's rate -> (sample documents, layout); else None."""
         raw = bytes(raw)
-        if self.encoding != "pcm16":
+        if self.encoding not in ("pcm16", "pcm16msb"):
             return None
         found = _pcm16_wav(raw) or _pcm16_aiff(raw)
         if found is None:
@@ -190,8 +200,7 @@ class AudioReader(Reader):
             return None
         end = start + (end - start) // 2 * 2
         body = raw[start:end]
-        if big:
-            body = np.frombuffer(body, ">i2").astype("<i2").tobytes()
+        body = self.encode(np.frombuffer(body, ">i2" if big else "<i2").astype(np.int16))
         clip = self.options.get("clip")
         step = 2 * (max(1, int(round(clip * self.rate))) if clip else max(len(body) // 2, 1))
         docs = [body[i:i + step] for i in range(0, len(body), step)]
@@ -210,8 +219,7 @@ class AudioReader(Reader):
             raise ValueError("the audio layout does not fit its samples")
         if limit is not None and len(head) + len(body) + len(tail) > limit:
             raise ValueError("the layout describes a file larger than the original")
-        if big:
-            body = np.frombuffer(body, "<i2").astype(">i2").tobytes()
+        body = self.decode(body).astype(">i2" if big else "<i2").tobytes()
         return head + body + tail
 
     def written_kind(self, path: str | os.PathLike) -> str:
