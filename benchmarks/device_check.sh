@@ -19,6 +19,7 @@
 #     bash benchmarks/device_check.sh photos     # photos alone with the default reader (tile 32), 4 minutes, scored
 #     bash benchmarks/device_check.sh speech     # speech (ENC: pcm16, or pcm16msb), 5 minutes, the defaults and FLAGS
 #                                                # (default: dropout 0.3 / attention 0.1) at once, both held-out clips scored
+#                                                # (and with --adapt under the FLAGS run)
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the sample, text and
@@ -108,7 +109,11 @@ if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py s
     for i in 1 2; do for h in $L/speech/held/*.wav; do
         python3 -m bytemodel.cli score $h -c /tmp/speech_$i --device cuda > "$OUT/speech_${i}_$(basename $h).score" 2>&1 &
     done; done
-    wait; grep -h "best:\|stopped\|finished" "$OUT"/speech_*.log; cat "$OUT"/speech_*.score
+    wait
+    for h in $L/speech/held/*.wav; do   # the FLAGS run adapting to each clip as it codes (compress --adapt's bits)
+        timeout 90 python3 -m bytemodel.cli score $h -c /tmp/speech_2 --device cuda --adapt > "$OUT/speech_2_$(basename $h).adapt" 2>&1
+    done
+    grep -h "best:\|stopped\|finished" "$OUT"/speech_*.log; cat "$OUT"/speech_*.score "$OUT"/speech_*.adapt
     python3 benchmarks/little_data.py table .dev/little 2>/dev/null | tail -5   # FLAC's side
     exit 0
 fi

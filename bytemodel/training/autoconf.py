@@ -38,9 +38,11 @@ CPU_SMALL_CORES = 8       # a CPU with at least this many cores may train small
 CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of the tail (evenly
                            # spread windows; their standard error is reported): the whole tail of a
                            # few MB would take minutes per validation there
-GPU_EVAL_TOKENS = 2 ** 21  # on a GPU, at most this many (~1 s at base on the H200): a tail of 8.6M
-                           # tokens (ten photos' tiles) took ~4 s a validation, a quarter of the
-                           # 12 s of base steps between two; 2,048 windows keep the error ~0.003
+GPU_EVAL_TOKENS = 2 ** 21  # on a GPU, at most this many: ten photos' tail of 8.6M tokens scored
+                           # whole every 250 steps left 2,575 base steps in 4 minutes on the H200
+                           # (a run of 2026-12-02 before the cap),
+                           # capped 2,891-2,962 (benchmarks/README.md, "Held-out photos and speech");
+                           # 2,048 windows of 1,024 still give a standard error of ~0.017 there
 
 
 def _preset_order(device: str, cores: int) -> list[str]:
