@@ -78,12 +78,13 @@ DROPOUT_ATTN_SMALL = 0.2
 def auto_dropout(train_bytes: int, device: str) -> float:
     """The dropout `--dropout auto` picks for `train_bytes` of training data on `device`.
 
-    From the H200 sweeps at equal time (benchmarks/README.md, "Dropout" and "Stronger dropout on
-    little data"): data small enough to be seen tens of times over in a few minutes (the shipped
-    genome with its reverse strand, 2.1 MB; ten minutes of speech, 2.8 MB) over-fits without it.
-    0.1 first (1.07 MB of DNA, 1 minute: 1.8098 against 1.8122 without); then, in one call, 5
-    minutes on the sample: 0.1 1.7981, 0.2 with attention dropout 0.1 1.7906, 0.2 with 0.2
-    **1.7865**; on held-out speech the bits of 0.1 fell by 3.9-4.9% with 0.2 / 0.2 or 0.3 / 0.1.
+    From the H200 sweeps at equal time (benchmarks/README.md, "Dropout" and "Held-out photos and
+    speech, and stronger dropout"): data small enough to be seen tens of times over in a few
+    minutes (the shipped genome with its reverse strand, 2.1 MB; three minutes of 16-bit speech,
+    2.8 MB) over-fits without it. 0.1 first (1.07 MB of DNA, 1 minute: 1.8098 against 1.8122
+    without); then, in one call, 5 minutes on the sample: 0.1 1.7981, 0.2 with attention dropout
+    0.1 1.7906, 0.2 with 0.2 **1.7865**; on held-out speech the bits of 0.1 fell by 4.9% with
+    0.3 / 0.1 in the same call, and 0.2 / 0.2 in the next call spent 3.9% fewer than 0.1 had.
     On 21.7 MB of English (base, under half a pass in a minute) every dropout cost: +0.039 (0.1),
     +0.055 (0.2). So: DROPOUT_SMALL on a GPU up to DROPOUT_SMALL_DATA (between 4 and 22 MB
     nothing was measured; 0 is the behaviour before), 0 otherwise; 0 on the CPU, whose runs see
