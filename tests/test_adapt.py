@@ -232,7 +232,7 @@ def test_the_mixer_thread_changes_no_bit(fresh, monkeypatch):
     monkeypatch.setattr(driver, "MIXER_THREAD", False)          # the mixer in turn on the calling thread
     assert bmz.compress(fresh, data, adapt=a, streams=3, lane=2) == side
     assert bmz.decompress(fresh, side) == data
-    for mix in ("ctx1", "ctx2"):                                # both mixers split their prediction alike
+    for mix in ("ctx1", "ctx2", "ctx3"):                        # every mixer splits its prediction alike
         b = settings(fresh, segment=8, mix=mix)
         turn = bmz.compress(fresh, data, adapt=b, streams=3)
         monkeypatch.setattr(driver, "MIXER_THREAD", True)
@@ -274,7 +274,7 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-segment", 8])
     assert code == 0 and ("adapting, adamw lr 0.002 every 8 tokens on 1 stream in 8 from preset tiny, mixed with "
                           "the file's counts") in out, out
-    assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx2"
+    assert bmz.read((tmp_path / "t.txt.bmz").read_bytes())[0]["adapt"]["mix"] == "ctx3"
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-stride", 1, "-o", tmp_path / "s.bmz"])
     assert code == 0 and "every 32 tokens from preset tiny" in out, out
     assert bmz.read((tmp_path / "s.bmz").read_bytes())[0]["adapt"]["stride"] == 1

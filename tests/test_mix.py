@@ -64,7 +64,7 @@ def test_weight_gradient_matches_finite_differences():
     np.testing.assert_allclose(m.W[sel[0]] - w0, M.LR * num, rtol=1e-6, atol=1e-13)
 
 
-@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix2], ids=["ctx1", "ctx2"])
+@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix2, M2.ContextMix3], ids=["ctx1", "ctx2", "ctx3"])
 def test_counts_and_matches_learn_what_a_uniform_network_cannot(make):
     # 2 KB of random bytes, four times: the network (uniform) pays 8 bits a byte; the first copy is
     # incompressible, the three repeats are what the match model and the counts must catch
@@ -78,9 +78,11 @@ def test_counts_and_matches_learn_what_a_uniform_network_cannot(make):
 
 def test_a_file_adapted_before_the_mixer_reads_as_unmixed():
     a = Adapt()
-    assert a.mix == MIX == M2.NAME
+    assert a.mix == MIX == M2.NAME3
     assert Adapt.from_header({**a.header(), "mix": M.NAME}).mix == "ctx1"      # ctx1 files keep their mixer
+    assert Adapt.from_header({**a.header(), "mix": M2.NAME}).mix == "ctx2"     # and ctx2 files theirs
     assert type(M2.mixer("ctx1", [10], 256)) is M.ContextMix and type(M2.mixer("ctx2", [10], 256)) is M2.ContextMix2
+    assert type(M2.mixer("ctx3", [10], 256)) is M2.ContextMix3
     old = {k: v for k, v in a.header().items() if k != "mix"}
     assert Adapt.from_header(old).mix == "none"
     with pytest.raises(ValueError):
@@ -170,7 +172,7 @@ def test_ctx2_a_fresh_start_gives_the_network_no_weight(fresh):
     assert np.allclose(d(z[0]), d(z[1])) == fresh
 
 
-@pytest.mark.parametrize("mix", ["ctx1", "ctx2"])
+@pytest.mark.parametrize("mix", ["ctx1", "ctx2", "ctx3"])
 def test_each_mixer_round_trips_and_its_name_decides(mix):
     pytest.importorskip("constriction")
     from bytemodel import compress as bmz
@@ -183,7 +185,8 @@ def test_each_mixer_round_trips_and_its_name_decides(mix):
     header, payload = bmz.read(blob)
     assert header["adapt"]["mix"] == mix
     assert bmz.decompress(Fresh("tiny", **small), blob) == text
-    other = "ctx1" if mix == "ctx2" else "ctx2"                  # the same payload read with the other mixer
+    other = "ctx2" if mix == "ctx1" else "ctx1"                  # the same payload read with another mixer
+                                                                 # (ctx2 and ctx3 agree at 2 streams)
     from bytemodel.compress.container import _pack
     header["adapt"]["mix"] = other
     with pytest.raises(CompressError):
@@ -204,3 +207,30 @@ def test_ctx2_keys_at_once_are_ctx1s_keys_one_by_one():
             assert np.array_equal(multi[:, n], mx._key(t, active, M2.CONTEXTS[i], i + 1)), (t, i)
         for i, j in zip(mx.single, mx.single_j):
             assert np.array_equal(back[:, j], mx._key(t, active, M2.CONTEXTS[i], i + 1)), (t, i)
+
+
+def _steps(make, S: int, steps: int = 3):
+    """A mixer of S streams driven `steps` steps on fixed random inputs: its weights after each step."""
+    rng = np.random.default_rng(7)
+    m = make(np.full(S, 40, dtype=np.int64), 256)
+    out = []
+    for t in range(steps):
+        net = np.log(rng.dirichlet(np.ones(256), size=S))
+        m.predict(t, S, net)
+        m.update(t, S, rng.integers(0, 256, S))
+        out.append((m.Ws.copy(), m.Wc.copy(), m.V.copy(), m.wm.copy()))
+    return out
+
+
+def test_ctx3_is_ctx2_up_to_256_streams_and_scales_its_steps_past_them():
+    # ctx3 (the default of new files): at up to FULL_RATE_STREAMS streams a step, ctx2's weights bit
+    # for bit; at 1,024 its first step is ctx2's times 256/1024 (the scaled rate multiplies each
+    # stream's step before the sums: equal to float64 rounding, rtol 1e-12)
+    assert M2.FULL_RATE_STREAMS == 256
+    for a, b in zip(_steps(M2.ContextMix2, 200), _steps(M2.ContextMix3, 200)):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    two, three = _steps(M2.ContextMix2, 1024, 1)[0], _steps(M2.ContextMix3, 1024, 1)[0]
+    start = M2.ContextMix2(np.full(1024, 40, dtype=np.int64), 256)
+    assert np.abs(two[0] - start.Ws).max() > 0 and np.abs(two[2] - start.V).max() > 0   # the step moved them
+    for x, y, w0 in zip(two, three, (start.Ws, start.Wc, start.V, start.wm)):
+        np.testing.assert_allclose(y - w0, (x - w0) * (256 / 1024), rtol=1e-12, atol=1e-15)

@@ -25,9 +25,10 @@ of the tokens in the window stay as the previous weights computed them (both sid
 next tokens use the new weights (cpu_engine.CpuLockstep.refold; the lockstep engine takes the new
 weights() views).
 
-Mixing (`mix`, default compress/mix2.NAME "ctx2"): the network's prediction is mixed with counts
-of the file's own contexts and matches before it is quantised (compress/mix2.py; "ctx1",
-compress/mix.py, is the first mixer, which older files name); "none" codes the network's
+Mixing (`mix`, default compress/mix2.NAME3 "ctx3"): the network's prediction is mixed with counts
+of the file's own contexts and matches before it is quantised (compress/mix2.py; "ctx3" is "ctx2"
+with its steps scaled down past 256 streams, the same bits up to them; "ctx1", compress/mix.py, is
+the first mixer; older files name ctx1 or ctx2 and decode with it); "none" codes the network's
 prediction alone (what files from before the mixer did).
 
 GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device). Its
@@ -45,8 +46,8 @@ import numpy as np
 from ..errors import CompressError, ConfigError
 
 OPTIMIZERS = ("adamw", "sgd")
-MIX = "ctx2"                   # compress/mix2.NAME: the mixer of new files
-MIXES = ("none", "ctx1", MIX)   # ctx1 (compress/mix.py): files from before ctx2 still decode
+MIX = "ctx3"                   # compress/mix2.NAME3: the mixer of new files
+MIXES = ("none", "ctx1", "ctx2", MIX)   # ctx1 (compress/mix.py), ctx2: files from before ctx3 still decode
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
 STRIDE_FRESH = 8               # a fresh model's updates train every 8th stream: 1/8 of the cost, and no larger
                                # (benchmarks/README.md, "Fewer streams per update")

@@ -20,6 +20,13 @@ fresh model: benchmarks/README.md, "A second mixer"):
 - a fresh start (`--adapt --preset`, no checkpoint) gives the network weight 0 at the start: it
   knows nothing yet (from a checkpoint: 1, as ctx1).
 
+ctx3 (ContextMix3, the default of new files since 2026-12-02): ctx2 with each step's weight
+updates scaled by min(1, FULL_RATE_STREAMS / active streams). Every mixer sums its per-stream
+steps over the streams of a step, all taken from the same weights; at up to 256 streams that is
+ctx2 exactly (the same bits), beyond it ctx2 over-steps (a fresh tiny model on 256 KB of English in
+512 streams: 2.80 bits/byte against 2.07 in 256; on 1 MB in 1,024 streams it diverged to 7.61)
+where ctx3 gives 2.10 and 2.02 (benchmarks/README.md, "Many streams under --adapt").
+
 Memory: ctx1's, with 10 hashed contexts (was 9) and a uint16 check per row: about 170 MB of counts
 for bytes from 128 KB of tokens up.
 
@@ -42,6 +49,8 @@ LR_CONF = 3e-4                      # the confidence weights' rate
 LR_FINAL = 2e-3                     # the final layer's rate
 CONF_BUCKETS = 6                    # confidence classes by log2(count + 1), each deterministic or not
 SETS = 2                            # weight sets: by order and count, by the previous token
+NAME3 = "ctx3"                      # ctx2 with its steps scaled past FULL_RATE_STREAMS streams
+FULL_RATE_STREAMS = 256             # ctx3: up to this many streams a step, every step at full rate
 
 
 def mixer(name: str, lengths, alphabet: int, fresh: bool = False):
@@ -50,6 +59,8 @@ def mixer(name: str, lengths, alphabet: int, fresh: bool = False):
         return ContextMix(lengths, alphabet)
     if name == NAME:
         return ContextMix2(lengths, alphabet, fresh)
+    if name == NAME3:
+        return ContextMix3(lengths, alphabet, fresh)
     raise ValueError(f"unknown mixer {name!r}")
 
 
@@ -148,9 +159,14 @@ class ContextMix2(ContextMix):
         self._step = (t, active, X, rows, chk, bad, sel, cls, order, zs, pred, has, lb, z)
         return z
 
+    def _rate(self, active: int) -> float:
+        """The factor on every weight step of a step of `active` streams: 1 (ctx3 scales it)."""
+        return 1.0
+
     def update(self, t: int, active: int, sym) -> None:
         st, act, X, rows, chk, bad, sel, cls, order, zs, pred, has, lb, z = self._step
         assert st == t and act == active, "update follows the predict of the same step"
+        f = self._rate(active)          # 1.0 leaves every rate as it is, so ctx2's steps are bit for bit
         sym = np.asarray(sym, dtype=np.int64)
         s = np.arange(active)
         p = _softmax(z)                                                # (active, A) the mix
@@ -158,13 +174,13 @@ class ContextMix2(ContextMix):
         Xy = X[s, :, sym]                                              # (active, M)
         g = Xy[:, None, :] - np.einsum("ska,sma->skm", ps, X)           # (active, SETS, M): d log p_k[y] / dw
         gv = zs[s, :, sym] - (p[:, None, :] * zs).sum(axis=2)          # (active, SETS): d log p[y] / dv
-        np.add.at(self.V, order, LR_FINAL * gv)
-        np.add.at(self.Ws, sel.reshape(-1), LR * g.reshape(-1, self.M))
+        np.add.at(self.V, order, (LR_FINAL * f) * gv)
+        np.add.at(self.Ws, sel.reshape(-1), (LR * f) * g.reshape(-1, self.M))
         gc = g[:, :, 2:].sum(axis=1) / SETS                            # (active, K)
         np.add.at(self.Wc, (np.broadcast_to(np.arange(self.K), cls.shape).reshape(-1), cls.reshape(-1)),
-                  LR_CONF * gc.reshape(-1))
+                  (LR_CONF * f) * gc.reshape(-1))
         gm = (pred == sym).astype(np.float64) - np.where(has, p[s, np.maximum(pred, 0)], 0.0)
-        np.add.at(self.wm, lb[has], 4 * LR * gm[has])
+        np.add.at(self.wm, lb[has], (4 * LR * f) * gm[has])
         r, c, b = rows.reshape(-1), chk.reshape(-1), bad.reshape(-1)
         if b.any():                                                    # rows changing hands: cleared, first claimant owns
             rb = r[b]
@@ -176,6 +192,15 @@ class ContextMix2(ContextMix):
         self._count(r[mine], np.repeat(sym, self.K)[mine], LIMIT)
         self._advance(t, active, sym, pred, has)
         self._step = self._ready = None
+
+
+class ContextMix3(ContextMix2):
+    """ctx3: ctx2 whose weight steps are scaled by min(1, FULL_RATE_STREAMS / active) (the module doc)."""
+
+    NAME = NAME3
+
+    def _rate(self, active: int) -> float:
+        return min(1.0, FULL_RATE_STREAMS / max(active, 1))
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
