@@ -214,8 +214,8 @@ def test_cli_dropout_flag(tmp_path, dna_file):
     assert r.exit_code == 2 and "error:" in r.output and "dropout-attn" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--dropout-attn", "some", "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "error: --dropout-attn must be a number" in r.output and "Traceback" not in r.output
-    small = ["--preset", "tiny", "--context", "32", "--batch-size", "4", "--eval-tokens", "256", "--d-model", "32",
-             "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "--no-baseline", "--steps", "2"]
+    from conftest import MODEL_FLAGS
+    small = ["--preset", "tiny", "--steps", "2"] + [f for f in MODEL_FLAGS if f != "-q"]   # the first line printed
     r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--out", str(tmp_path / "d"), "--dropout", "0.2",
                                  "--dropout-attn", "0.1"] + small)
     assert r.exit_code == 0 and "dropout 0.2, attention dropout 0.1" in r.output.splitlines()[0], r.output

@@ -162,10 +162,10 @@ def test_cli_score_on_a_gpu_computes_in_fp16_by_default(tmp_path):
     from bytemodel.cli import app
     data = tmp_path / "x.bin"
     data.write_bytes(_data(6000, 5))
+    from conftest import MODEL_FLAGS
     r = CliRunner()
-    small = ["--preset", "tiny", "--context", "32", "--batch-size", "4", "--eval-tokens", "256", "--d-model", "32",
-             "--n-layers", "2", "--n-heads", "2", "--d-ff", "64", "--no-baseline", "-q"]
-    assert r.invoke(app, ["train", "--source", str(data), "--steps", "20", "--out", str(tmp_path / "run")] + small).exit_code == 0
+    assert r.invoke(app, ["train", "--source", str(data), "--preset", "tiny", "--steps", "20",
+                          "--out", str(tmp_path / "run")] + MODEL_FLAGS).exit_code == 0
     line = {p: r.invoke(app, ["score", str(data), "-c", str(tmp_path / "run"), "--device", "cuda"]
                         + (["--precision", p] if p else [])).output for p in ("", "fp16", "fp32")}
     assert line[""] == line["fp16"] != line["fp32"], line

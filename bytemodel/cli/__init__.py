@@ -331,8 +331,7 @@ def score(
     adapt: bool = typer.Option(False, "--adapt", help="Score as `compress --adapt` codes: the documents joined, "
                                "in its streams, the model learning as it goes."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
-    precision: str = typer.Option("fp16", help="On cuda: fp16 (what compress codes with), bf16 or fp32 (the "
-                                  "CPU's figures, many times slower); the CPU computes in fp32."),
+    precision: str = typer.Option("fp16", help=compress_cmd.SCORING_PRECISION_HELP),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 

@@ -21,6 +21,11 @@ def _run_reader(lm) -> str:
     return (data.reader if data is not None else None) or ""
 
 
+# score's and eval's --precision (both read the model as compress codes with it)
+SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with), bf16 or fp32 (the CPU's figures, many "
+                          "times slower); the CPU computes in fp32.")
+
+
 def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None, stride=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
@@ -199,8 +204,7 @@ def eval_files(
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     adapt: bool = typer.Option(False, "--adapt", help="The model's bits as `compress --adapt` codes each file."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
-    precision: str = typer.Option("fp16", help="On cuda: fp16 (what compress codes with), bf16 or fp32 (the "
-                                  "CPU's figures, many times slower); the CPU computes in fp32."),
+    precision: str = typer.Option("fp16", help=SCORING_PRECISION_HELP),
 ):
     """Bits per byte of the model on each file next to gzip -9, bzip2 -9, xz -9e and zstd -19.
 

@@ -176,9 +176,10 @@ class AudioReader(Reader):
         if self.encoding == "mulaw":
             return mulaw_decode(np.frombuffer(bytes(data), dtype=np.uint8))
         data = bytes(data)
+        data = data[: len(data) // 2 * 2]
         if self.encoding == "pcm16msb":
-            return (np.frombuffer(data[: len(data) // 2 * 2], dtype=">u2").astype(np.int32) - 32768).astype(np.int16)
-        return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.int16)
+            return (np.frombuffer(data, dtype=">u2").astype(np.int32) - 32768).astype(np.int16)
+        return np.frombuffer(data, dtype="<i2").astype(np.int16)
 
     def read(self, path: str | os.PathLike) -> Iterator[bytes]:
         samples = self.decode_samples(path)
