@@ -11,8 +11,10 @@
 #     bash benchmarks/device_check.sh sample     # the shipped sample, 5 min, four at once: the issue's defaults, today's,
 #                                                # and two stronger dropouts (issue 27's -0.02)
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
-#     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: 4,096 BPE merges and
-#                                                # dropout 0.2), the run's held-out tail (issue 27's 1.15)
+#     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: dropout 0.2 / attention
+#                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
+#     bash benchmarks/device_check.sh split      # the four-genome split (.dev/ksplit from benchmarks/klebsiella_split.py),
+#                                                # 5 min, two at once: the issue's defaults and FLAGS, heldout.fa scored
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
@@ -22,8 +24,8 @@
 #                                                # (and with --adapt under the FLAGS run)
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
-# into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the sample, text and
-# speech modes as written on 2026-12-02 (ninth session): the runs they repeat did, by other scripts.
+# into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the sample, text, split and
+# speech modes as written: the runs they repeat did (ninth and tenth sessions), by other scripts.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export PYTHONUNBUFFERED=1
@@ -88,11 +90,25 @@ if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) ch
     exit 0
 fi
 if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemodel data get linux-docs`' folder)
-    FLAGS=${FLAGS:---merges 4096 --dropout 0.2}
+    FLAGS=${FLAGS:---dropout 0.2 --dropout-attn 0.2}
     step "linux-docs, 6 minutes alone: $FLAGS"
     python3 -m bytemodel.cli train --source .dev/data/linux-docs --reader text --device cuda --minutes 6 \
         $FLAGS --no-baseline --out /tmp/text > "$OUT/text.log" 2>&1
     grep -E "best:|stopped|finished|time budget" "$OUT/text.log"; tail -c 300000 /tmp/text/metrics.jsonl > "$OUT/text.metrics.jsonl"
+    exit 0
+fi
+if [ "$only" = split ]; then   # needs .dev/ksplit (benchmarks/klebsiella_split.py DATA .dev/ksplit)
+    FLAGS=${FLAGS:---dropout 0.2 --dropout-attn 0.2}
+    step "four-genome split, 5 minutes, two at once: the issue's defaults and $FLAGS"
+    K=.dev/ksplit; i=0
+    for extra in "--schedule cosine --dropout 0 --dropout-attn 0 --reader fasta:revcomp=no" "$FLAGS"; do
+        i=$((i + 1))
+        ( python3 -m bytemodel.cli train --source $K/train --device cuda --minutes 5 $extra --no-baseline \
+              --out /tmp/split_$i > "$OUT/split_$i.log" 2>&1
+          python3 -m bytemodel.cli score $K/heldout.fa -c /tmp/split_$i --device cuda > "$OUT/split_$i.held" 2>&1 ) &
+    done
+    wait; for j in 1 2; do echo "== split_$j"; head -1 "$OUT/split_$j.log"; grep -E "best:|stopped|finished" "$OUT/split_$j.log"
+        cat "$OUT/split_$j.held"; done
     exit 0
 fi
 if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py split and codecs)

@@ -86,7 +86,11 @@ def auto_dropout(train_bytes: int, device: str) -> float:
     0.1 1.7906, 0.2 with 0.2 **1.7865**; on held-out speech the bits of 0.1 fell by 4.9% with
     0.3 / 0.1 in the same call, and 0.2 / 0.2 in the next call spent 3.9% fewer than 0.1 had.
     On 21.7 MB of English (base, under half a pass in a minute) every dropout cost: +0.039 (0.1),
-    +0.055 (0.2). So: DROPOUT_SMALL on a GPU up to DROPOUT_SMALL_DATA (between 4 and 22 MB
+    +0.055 (0.2); at 6 minutes alone (6 passes) 0.2 / 0.2 was best (1.1568, against 1.1893 for
+    0.1 / 0 and 1.1710 for 0.3 / 0.2), but on the 18 MB four-genome split at 3.9 passes 0.2 / 0.2
+    cost 0.025 bits/base ("English, the four-genome split and speech under --adapt"): where
+    dropout pays at 18-22 MB depends on the budget's passes and the data's kind, which this rule
+    does not see. So: DROPOUT_SMALL on a GPU up to DROPOUT_SMALL_DATA (between 4 and 18 MB
     nothing was measured; 0 is the behaviour before), 0 otherwise; 0 on the CPU, whose runs see
     their data a few times at most."""
     if device != "cpu" and train_bytes <= DROPOUT_SMALL_DATA:
