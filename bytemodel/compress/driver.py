@@ -44,10 +44,11 @@ GPU file on the GPU (they compute in different precisions, so their logits diffe
 
 Container (.bmz):
     8 bytes   magic b"\\x89BMZ\\r\\n\\x1a\\n"
-    2 bytes   container version (little-endian): 2; version 1 files (no engine in the layout:
-              the lockstep engine, re-read window/2) still decode
+    2 bytes   container version (little-endian): 4; versions 1-3 still decode (1: no engine in
+              the layout, the lockstep engine, re-read window/2; before 3: no view; before 4: the
+              header deflated without a dictionary)
     4 bytes   header length H (little-endian)
-    H bytes   header: zlib-compressed UTF-8 JSON (format, checkpoint name + SHA-256 of weights and of tokenizer,
+    H bytes   header: UTF-8 JSON deflated by zlib against a preset dictionary (zdict.py; format, checkpoint name + SHA-256 of weights and of tokenizer,
               reader spec, original length + SHA-256, stream layout, coder, backend, payload size)
     P bytes   payload: the range coder's 32-bit words, little-endian
     32 bytes  SHA-256 of everything before it (a flipped bit or a cut file is refused up front)
