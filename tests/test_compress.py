@@ -404,6 +404,14 @@ def test_cpu_engine_default_layout(lm):
     assert lay["lane"] == min(bmz.CPU_MAX_LANE, -(-lay["streams"] // 2))
 
 
+def _plain_pack(header: dict, payload: bytes, version: int) -> bytes:
+    """A container as versions before 4 wrote it (the header deflated without a dictionary),
+    claiming `version`."""
+    h = zlib.compress(json.dumps(header, sort_keys=True, separators=(",", ":")).encode(), 9)
+    body = bmz.MAGIC + struct.pack("<HI", version, len(h)) + h + payload
+    return body + hashlib.sha256(body).digest()
+
+
 def test_the_header_dictionary_is_frozen_and_pays(lm):
     """Version 4 headers are deflated against compress/zdict.HEADER_ZDICT: its bytes may never change
     (every version 4 file needs them), and a header takes well under half what plain zlib leaves
@@ -415,15 +423,12 @@ def test_the_header_dictionary_is_frozen_and_pays(lm):
     header, payload = bmz.read(blob)
     assert header["version"] == bmz.VERSION == 4
     hlen = struct.unpack("<I", blob[len(bmz.MAGIC) + 2:len(bmz.MAGIC) + 6])[0]
-    text = json.dumps({**header, "version": 3}, sort_keys=True, separators=(",", ":")).encode()
-    plain = zlib.compress(text, 9)
-    assert hlen < 0.5 * len(plain), (hlen, len(plain))
-    body = bmz.MAGIC + struct.pack("<HI", 3, len(plain)) + plain + payload
-    v3 = body + hashlib.sha256(body).digest()
+    v3 = _plain_pack({**header, "version": 3}, payload, 3)
+    plain = len(v3) - len(payload) - len(bmz.MAGIC) - 6 - 32       # its header, deflated without the dictionary
+    assert hlen < 0.5 * plain, (hlen, plain)
     assert bmz.read(v3)[0]["version"] == 3 and lm.decompress(v3) == data
-    body = bmz.MAGIC + struct.pack("<HI", 4, len(plain)) + plain + payload    # container 4, header 3: refused
-    with pytest.raises(bmz.CompressError, match="malformed"):
-        bmz.read(body + hashlib.sha256(body).digest())
+    with pytest.raises(bmz.CompressError, match="malformed"):       # container 4, header 3: refused
+        bmz.read(_plain_pack({**header, "version": 3}, payload, 4))
 
 
 def test_version_1_files_still_decode(lm):
@@ -436,14 +441,11 @@ def test_version_1_files_still_decode(lm):
         del h["layout"]["engine"]
     header, payload = bmz.read(blob)
     as_v1(header)
-    h = zlib.compress(json.dumps(header, sort_keys=True, separators=(",", ":")).encode(), 9)
-    body = bmz.MAGIC + struct.pack("<HI", 1, len(h)) + h + payload
-    v1 = body + hashlib.sha256(body).digest()
+    v1 = _plain_pack(header, payload, 1)
     assert bmz.read(v1)[0]["layout"]["engine"] == "lockstep"
     assert lm.decompress(v1) == data
-    v9 = bmz.MAGIC + struct.pack("<HI", 9, len(h)) + h + payload
     with pytest.raises(bmz.CompressError, match="version 9"):
-        lm.decompress(v9 + hashlib.sha256(v9).digest())
+        lm.decompress(_plain_pack(header, payload, 9))
 
 
 def test_engine_settings_are_validated(lm):

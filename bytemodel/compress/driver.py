@@ -48,8 +48,9 @@ Container (.bmz):
               the layout, the lockstep engine, re-read window/2; before 3: no view; before 4: the
               header deflated without a dictionary)
     4 bytes   header length H (little-endian)
-    H bytes   header: UTF-8 JSON deflated by zlib against a preset dictionary (zdict.py; format, checkpoint name + SHA-256 of weights and of tokenizer,
-              reader spec, original length + SHA-256, stream layout, coder, backend, payload size)
+    H bytes   header: UTF-8 JSON deflated by zlib against a preset dictionary (zdict.py): format,
+              checkpoint name + SHA-256 of weights and of tokenizer, reader spec, original length +
+              SHA-256, stream layout, coder, backend, payload size
     P bytes   payload: the range coder's 32-bit words, little-endian
     32 bytes  SHA-256 of everything before it (a flipped bit or a cut file is refused up front)
 The decompressed bytes are checked against the original's length and SHA-256 before anything is
