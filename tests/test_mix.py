@@ -172,7 +172,7 @@ def test_ctx2_a_fresh_start_gives_the_network_no_weight(fresh):
     assert np.allclose(d(z[0]), d(z[1])) == fresh
 
 
-@pytest.mark.parametrize("mix", ["ctx1", "ctx2", "ctx3"])
+@pytest.mark.parametrize("mix", ["ctx1", "ctx2", "ctx3", "ctx3d"])
 def test_each_mixer_round_trips_and_its_name_decides(mix):
     pytest.importorskip("constriction")
     from bytemodel import compress as bmz
@@ -234,3 +234,38 @@ def test_ctx3_is_ctx2_up_to_256_streams_and_scales_its_steps_past_them():
     assert np.abs(two[0] - start.Ws).max() > 0 and np.abs(two[2] - start.V).max() > 0   # the step moved them
     for x, y, w0 in zip(two, three, (start.Ws, start.Wc, start.V, start.wm)):
         np.testing.assert_allclose(y - w0, (x - w0) * (256 / 1024), rtol=1e-12, atol=1e-15)
+
+
+def test_ctx3d_on_numpy_is_ctx3_bit_for_bit():
+    # compress/mix3d.py writes ctx3 once for NumPy or CuPy (the GPU's mixer); with NumPy every logit
+    # and every piece of state must be ctx3's, through the paths that differ in how they are written:
+    # past 256 streams (the scaled steps), rows changing hands (first claimant), rows halved past
+    # LIMIT (half the streams code token 0 only), the match table (last write wins), and
+    # streams ending
+    from bytemodel.compress.mix3d import ContextMix3D
+    S, T, A = 1024, 24, 256
+    rng = np.random.default_rng(1)
+    lengths = np.full(S, T)
+    lengths[S // 2:] = T - 5
+    a, b = M2.ContextMix3(lengths, A, True), ContextMix3D(lengths, A, True)
+    claims = halved = 0
+    for t in range(T):
+        act = int((lengths > t).sum())
+        net = np.log(rng.dirichlet(np.ones(A), act))
+        assert np.array_equal(a.predict(t, act, net), b.predict(t, act, net.copy())), t
+        sym = np.where(np.arange(act) < S // 2, 0, rng.integers(0, A, act))
+        claims += int(a._step[5].sum())
+        before = a.total.copy()
+        a.update(t, act, sym)
+        b.update(t, act, sym)
+        zero = a.offset[a.single]                                   # the one-token contexts' rows of token 0
+        halved += int((a.total[zero] < before[zero]).sum())         # (never claimed: only halving lowers them)
+    assert claims > 0 and halved > 0, (claims, halved)
+    for k in ("table", "total", "check", "Ws", "Wc", "V", "wm", "mtab", "mptr", "mlen", "word", "prev_word", "c0", "hist"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+
+
+def test_ctx3d_reads_floor_log2_exactly_as_ctx3s_log2():
+    from bytemodel.compress.mix3d import _floor_log2
+    n = np.arange(1, 1 << 20, dtype=np.float64)
+    assert np.array_equal(_floor_log2(n, np), np.log2(n).astype(np.int64))

@@ -29,7 +29,9 @@ Mixing (`mix`, default compress/mix2.NAME3 "ctx3"): the network's prediction is 
 of the file's own contexts and matches before it is quantised (compress/mix2.py; "ctx3" is "ctx2"
 with its steps scaled down past 256 streams, the same bits up to them; "ctx1", compress/mix.py, is
 the first mixer; older files name ctx1 or ctx2 and decode with it); "none" codes the network's
-prediction alone (what files from before the mixer did).
+prediction alone (what files from before the mixer did). Where the model computes off the host
+(a GPU) the default is "ctx3d" (compress/mix3d.py): ctx3's arithmetic on the model's device, its
+state never crossing to the host; with NumPy it is ctx3 bit for bit.
 
 GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device). Its
 kernels give the same bits for the same inputs on the same GPU model (docs/GPU.md,
@@ -47,7 +49,8 @@ from ..errors import CompressError, ConfigError
 
 OPTIMIZERS = ("adamw", "sgd")
 MIX = "ctx3"                   # compress/mix2.NAME3: the mixer of new files
-MIXES = ("none", "ctx1", "ctx2", MIX)   # ctx1 (compress/mix.py), ctx2: files from before ctx3 still decode
+MIX_DEVICE = "ctx3d"            # compress/mix3d.py: ctx3 on the model's device, the mixer of new files on a GPU
+MIXES = ("none", "ctx1", "ctx2", MIX, MIX_DEVICE)   # ctx1 (compress/mix.py), ctx2: files from before ctx3 still decode
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
 STRIDE_FRESH = 8               # a fresh model's updates train every 8th stream: 1/8 of the cost, and no larger
                                # (benchmarks/README.md, "Fewer streams per update")
@@ -117,6 +120,8 @@ def settings(lm, segment=None, lr=None, optimizer=None, lookback=None, mix=None,
     stream, a trained one gently on every stream."""
     fresh = getattr(lm, "fresh_preset", None)
     base = dict(lr=2e-3, start=f"preset:{fresh}", stride=STRIDE_FRESH) if fresh else {}
+    if mix is None and not lm.model.ops.cpu_threads:
+        mix = MIX_DEVICE                # the model off the host: the mixer beside it (a host mixer bounds the speed)
     given = {k: v for k, v in dict(segment=segment, lr=lr, optimizer=optimizer, lookback=lookback, mix=mix,
                                    stride=stride).items() if v is not None}
     return Adapt(**{**base, **given})

@@ -133,9 +133,10 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     adapter = None
     if adapt is not None:
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
-    mixer = (make_mixer(adapt.mix, lengths, A, fresh=adapt.start != "checkpoint")
+    mixer = (make_mixer(adapt.mix, lengths, A, fresh=adapt.start != "checkpoint", xp=xp)
              if adapt is not None and adapt.mix != "none" else None)
-    net = np.empty((S, A), dtype=np.float64) if mixer is not None else None   # the network's log-probabilities
+    mxp = mixer.xp if mixer is not None else np     # where the mixer computes: the host, or the model's device (ctx3d)
+    net = mxp.empty((S, A), dtype=np.float64) if mixer is not None else None   # the network's log-probabilities
     freqs = np.empty((S, A), dtype=np.float32)   # integers below 2^24: exact in float32, as the coder takes them
     logp = np.empty((S, V), dtype=np.float64) if want_logp else None
     feed = np.full(S, tok.doc_id, dtype=np.int64)
@@ -143,7 +144,9 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     def run_lane(i, w):
         a, b = bounds[i]
         lg = steppers[i].push(feed[a:b])                                       # (lane, V') device
-        if mixer is not None:                                                  # on the host, float64
+        if mixer is not None and mxp is not np:                                # on the device, float64
+            net[a:b] = _log_softmax64(lg[:, :A], mxp)
+        elif mixer is not None:                                                # on the host, float64
             net[a:b] = log_probs(ops.to_numpy(lg[:, :A]))
         elif engine == "cpu":
             quants[i](lg, freqs[a:b])
@@ -155,7 +158,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 logp[a:b] = log_probs(ops.to_numpy(lg[:, :V]))
 
     pool = ThreadPoolExecutor(n_workers) if n_workers > 1 else None
-    side = _MixerSide(mixer)
+    side = _MixerSide(mixer, thread=MIXER_THREAD and mxp is np)   # a device mixer's launches queue behind the lanes'
     limiter = _blas_one_thread() if cpu else None
     start = model.params.copy() if adapter is not None else None    # adaptation leaves the model as it found it
     try:
@@ -229,9 +232,9 @@ class _MixerSide:
     network's part) on a thread of its own while the lanes compute that next step (MIXER_THREAD),
     else in turn: the same calls in the same order on the mixer's data, so the same bits."""
 
-    def __init__(self, mixer):
+    def __init__(self, mixer, thread: bool = True):
         self.mixer, self.pending = mixer, None
-        self.pool = ThreadPoolExecutor(1) if mixer is not None and MIXER_THREAD else None
+        self.pool = ThreadPoolExecutor(1) if mixer is not None and thread else None
 
     def begin(self, active: int) -> None:
         """Before step 0's lanes: prepare step 0 meanwhile."""
@@ -265,10 +268,18 @@ def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
     """Step t's frequencies (and log-probabilities, if asked) from the mix of the network's prediction
     with the file's counts (compress/mix2.py: the mixer the settings name)."""
     z = mixer.predict(t, active, net[:active])
-    freqs[:active] = quantise(z, A)
+    xp = mixer.xp
+    freqs[:active] = quantise(z, A, xp).astype(np.float32).get() if xp is not np else quantise(z, A)
     if logp is not None:
-        logp[:active, :A] = log_probs(z)
+        logp[:active, :A] = _log_softmax64(z, xp).get() if xp is not np else log_probs(z)
         logp[:active, A:] = -np.inf
+
+
+def _log_softmax64(x, xp):
+    """x (B, A) device logits -> float64 log-softmax on the device (a device mixer's input)."""
+    z = x.astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    return z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
 
 
 def _on_workers(pool, mine, fn) -> None:

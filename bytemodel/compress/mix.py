@@ -73,6 +73,7 @@ class ContextMix:
     attributes (the module's), so a later mixer (compress/mix2.py) can change them in a subclass."""
 
     NAME, CONTEXTS, CHAIN, WORD_CONTEXTS = NAME, CONTEXTS, CHAIN, WORD_CONTEXTS
+    xp = np                             # where its arrays live (compress/mix3d.py: also the model's device)
 
     def __init__(self, lengths, alphabet: int):
         self.lengths = np.asarray(lengths, dtype=np.int64)
