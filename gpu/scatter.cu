@@ -8,9 +8,21 @@
 // no atomics and no two threads writing one element.
 typedef long long i64;
 
-template <typename T>
-__global__ void add_rows(const i64* __restrict__ key, const T* __restrict__ vals, T* __restrict__ out,
-                         i64 n, i64 m, i64 R) {
+// The value type, one module per type (ops/cuda_scatter.py passes -DVAL_KIND=k).
+#if VAL_KIND == 0
+typedef double T;
+#elif VAL_KIND == 1
+typedef float T;
+#elif VAL_KIND == 2
+typedef long long T;
+#elif VAL_KIND == 3
+typedef int T;
+#else
+typedef unsigned short T;
+#endif
+
+extern "C" __global__ void add_rows(const i64* __restrict__ key, const T* __restrict__ vals, T* __restrict__ out,
+                                    i64 n, i64 m, i64 R) {
     const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (tid >= n * m) return;
     const i64 k = tid / m, c = tid % m;

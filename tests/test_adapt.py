@@ -318,3 +318,16 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     assert code == 0 and "bits/byte" in out, out
     code, out = _cli(["eval", tmp_path / "orig.txt", "--adapt", "--preset", "tiny", "--json"])
     assert code == 0 and '"adapt"' in out, out
+
+
+def test_adapt_streams_are_long_on_the_cpu_and_wide_on_a_gpu():
+    # --adapt's default stream count (compress/layout.py): on the CPU at least ADAPT_STREAM tokens a
+    # stream and at most ADAPT_MAX_STREAMS; on a GPU at least GPU_ADAPT_STREAM and at most
+    # GPU_ADAPT_MAX_STREAMS (a GPU's step costs about the same at 64 rows as at 1,024)
+    from bytemodel.compress import layout as L
+    assert L.adapt_streams(0) == 0 and L.adapt_streams(0, "cuda") == 0
+    assert L.adapt_streams(100) == 1 and L.adapt_streams(100, "cuda") == 1
+    assert L.adapt_streams(4_000_000) == L.ADAPT_MAX_STREAMS == 64
+    assert L.adapt_streams(4_000_000, "cuda") == L.GPU_ADAPT_MAX_STREAMS == 1024
+    assert L.adapt_streams(1_000_000, "cuda") == 1_000_000 // L.GPU_ADAPT_STREAM == 488
+    assert L.adapt_streams(20_000) == 20_000 // L.ADAPT_STREAM

@@ -83,6 +83,9 @@ def test_a_file_adapted_before_the_mixer_reads_as_unmixed():
     assert Adapt.from_header({**a.header(), "mix": M2.NAME}).mix == "ctx2"     # and ctx2 files theirs
     assert type(M2.mixer("ctx1", [10], 256)) is M.ContextMix and type(M2.mixer("ctx2", [10], 256)) is M2.ContextMix2
     assert type(M2.mixer("ctx3", [10], 256)) is M2.ContextMix3
+    from bytemodel.compress import mix3d
+    assert type(mix3d.mixer("ctx3d", [10], 256)) is mix3d.ContextMix3D
+    assert type(mix3d.mixer("ctx3", [10], 256)) is M2.ContextMix3
     old = {k: v for k, v in a.header().items() if k != "mix"}
     assert Adapt.from_header(old).mix == "none"
     with pytest.raises(ValueError):

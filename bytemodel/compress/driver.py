@@ -73,7 +73,7 @@ from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, chec
 from . import pipeline
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .adapt import Adapt, Adapter, check_gpu, check_start
-from .mix2 import mixer as make_mixer
+from .mix3d import mixer as make_mixer
 from .view import plan, rebuild
 from .layout import (CPU_MAX_LANE, CPU_WINDOW, ENGINES, FRESH_WINDOW, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams,
                      default_lane, default_streams,
@@ -372,7 +372,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     engine, W, rr = _engine_window(device, model.cfg.context, engine, window, reread)
     ids = tok.encode(data).astype(np.int64) if data else np.zeros(0, dtype=np.int64)
     n = len(ids)
-    S = (default_streams(n, W, device) if adapt is None else adapt_streams(n)) if streams is None else int(streams)
+    S = (default_streams(n, W, device) if adapt is None else adapt_streams(n, device)) if streams is None else int(streams)
     if S < 0 or (n and S < 1):
         raise ConfigError(f"streams must be at least 1, got {S}")
     S = min(S, n)                                  # never an empty stream

@@ -47,9 +47,20 @@ ADAPT_MAX_STREAMS = 64       # --adapt: at most this many streams: fewer, longer
                              # enough for the CPU (benchmarks/README.md, adapting while coding)
 
 
-def adapt_streams(n_tokens: int) -> int:
-    """Streams under --adapt: long streams, so the model takes many steps through the file."""
-    return int(min(ADAPT_MAX_STREAMS, max(1, n_tokens // ADAPT_STREAM))) if n_tokens else 0
+GPU_ADAPT_STREAM = 2048      # --adapt on a GPU: tokens per stream at least ...
+GPU_ADAPT_MAX_STREAMS = 1024 # ... and at most this many streams: a GPU's step costs about the same at 64 rows as
+                             # at 1,024, so wide steps are its speed (H200, small, 4 MB of English with ctx3d:
+                             # 1,024 streams 2.07 bits/byte at 39 KB/s; benchmarks/README.md, "ctx3d")
+
+
+def adapt_streams(n_tokens: int, device: str = "cpu") -> int:
+    """Streams under --adapt: long streams, so the model takes many steps through the file (on a
+    GPU fewer, shorter ones: many streams a step are its speed)."""
+    if not n_tokens:
+        return 0
+    if device != "cpu":
+        return int(min(GPU_ADAPT_MAX_STREAMS, max(1, n_tokens // GPU_ADAPT_STREAM)))
+    return int(min(ADAPT_MAX_STREAMS, max(1, n_tokens // ADAPT_STREAM)))
 
 
 def default_lane(streams: int, device: str, cores: int = 1) -> int:

@@ -53,18 +53,15 @@ NAME3 = "ctx3"                      # ctx2 with its steps scaled past FULL_RATE_
 FULL_RATE_STREAMS = 256             # ctx3: up to this many streams a step, every step at full rate
 
 
-def mixer(name: str, lengths, alphabet: int, fresh: bool = False, xp=np):
-    """The mixer the container names: "ctx1", "ctx2" (files from before ctx3), "ctx3" (on the host),
-    "ctx3d" (ctx3 on array module xp: compress/mix3d.py)."""
+def mixer(name: str, lengths, alphabet: int, fresh: bool = False):
+    """A host mixer the container names: "ctx1", "ctx2" (files from before ctx3) or "ctx3"
+    (compress/mix3d.mixer adds "ctx3d", on the model's device)."""
     if name == ctx1.NAME:
         return ContextMix(lengths, alphabet)
     if name == NAME:
         return ContextMix2(lengths, alphabet, fresh)
     if name == NAME3:
         return ContextMix3(lengths, alphabet, fresh)
-    if name == "ctx3d":
-        from .mix3d import ContextMix3D
-        return ContextMix3D(lengths, alphabet, fresh, xp)
     raise ValueError(f"unknown mixer {name!r}")
 
 

@@ -1,7 +1,7 @@
 """ctx3 where the model computes ("ctx3d"): compress/mix2.py's ContextMix3 written once for an
 array module, so that on a GPU the mixer's state stays on the device beside the network's.
 
-    mix = ContextMix3D(lengths, alphabet, fresh, xp)      # xp: numpy or cupy
+    mix = mixer("ctx3d", lengths, alphabet, fresh, xp)   # xp: numpy or cupy (other names: mix2.mixer's)
     z = mix.predict(t, active, net_logp)                  # xp arrays (active, A) float64
     mix.update(t, active, tokens)
 
@@ -32,6 +32,13 @@ from .mix import _LOG_C, _P, MATCH_BITS, MATCH_MIN, MAX_LEN
 from .mix2 import CONF_BUCKETS, CONTEXTS, LIMIT, LR, LR_CONF, LR_FINAL, SETS
 
 NAME = "ctx3d"
+
+
+def mixer(name: str, lengths, alphabet: int, fresh: bool = False, xp=np):
+    """The mixer the container names: "ctx3d" here (its arrays on xp), the host's (mix2.mixer) else."""
+    if name == NAME:
+        return ContextMix3D(lengths, alphabet, fresh, xp)
+    return mix2.mixer(name, lengths, alphabet, fresh)
 
 
 def _floor_log2(x, xp):

@@ -13,23 +13,22 @@ import cupy as cp
 
 from .cuda_ops import _source
 
-_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float", np.dtype(np.int64): "long long",
-          np.dtype(np.int32): "int", np.dtype(np.uint16): "unsigned short"}
-_MODULE = None
+_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
+          np.dtype(np.uint16): 4}          # gpu/scatter.cu's VAL_KIND of each type
+_MODULES: dict = {}
 _THREADS = 256
 
 
 def _fn(dtype):
-    global _MODULE
-    if _MODULE is None:
-        _MODULE = cp.RawModule(code=_source("scatter.cu"), options=("-std=c++17",),
-                               name_expressions=[f"add_rows<{t}>" for t in _TYPES.values()])
-    return _MODULE.get_function(f"add_rows<{_TYPES[np.dtype(dtype)]}>")
+    kind = _KINDS[np.dtype(dtype)]
+    if kind not in _MODULES:
+        _MODULES[kind] = cp.RawModule(code=_source("scatter.cu"), options=("-std=c++17", f"-DVAL_KIND={kind}"))
+    return _MODULES[kind].get_function("add_rows")
 
 
 def add_rows(out, idx, vals, mask=None) -> None:
     """out[idx[i]] += vals[i] in the order of i (see ops/scatter_ops.py); out is changed in place."""
-    if np.dtype(out.dtype) not in _TYPES:
+    if np.dtype(out.dtype) not in _KINDS:
         raise TypeError(f"add_rows: out of dtype {out.dtype}")
     if not out.flags.c_contiguous:
         raise ValueError("add_rows: out must be C-contiguous")
