@@ -101,6 +101,18 @@ def subprocess_env() -> dict:
     return env
 
 
+# A child python's own peak memory in KiB, as source to paste into its script. Not ru_maxrss: Linux
+# carries the forking parent's high-water mark across exec into it, so under pytest (hundreds of MB
+# after the earlier tests) it measures the parent. /proc/self/status's VmHWM belongs to the new image.
+PEAK_KB = (
+    "def peak_kb():\n"
+    "    try:\n"
+    "        return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])\n"
+    "    except (OSError, IndexError):\n"
+    "        import resource\n"
+    "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n")
+
+
 def leftovers(folder: Path) -> list[str]:
     """Temporary files a writer left behind."""
     return sorted(p.name for p in folder.iterdir() if "tmp" in p.name.lower())

@@ -21,6 +21,7 @@ from bytemodel.errors import BytemodelError, ConfigError, SourceError
 from bytemodel.readers import (Reader, detect, get_reader, list_readers, read_documents, register,
                                stream_documents, write_output)
 from bytemodel.readers import registry
+from conftest import PEAK_KB
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = ROOT / "datasets" / "lambda_virus.fa"
@@ -410,13 +411,13 @@ def test_zstd_large_stream_has_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert n == size and ends == 1
     assert peak < 8 << 20, f"Python heap peak {peak / 2**20:.1f} MiB"
-    code = textwrap.dedent("""
-        import resource, sys
+    code = PEAK_KB + textwrap.dedent("""
+        import sys
         from bytemodel.readers import stream_documents, get_reader
         get_reader("zstd")
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        before = peak_kb()
         n = sum(len(p) for p, _ in stream_documents(sys.argv[1]))
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        after = peak_kb()
         print(n, (after - before) // 1024)
     """)
     r = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, cwd=ROOT,

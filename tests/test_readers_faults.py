@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bytemodel.errors import SourceError
-from conftest import MODEL_FLAGS, cli, refused, subprocess_env
+from conftest import MODEL_FLAGS, PEAK_KB, cli, refused, subprocess_env
 
 
 # ================================================================================================
@@ -32,7 +32,7 @@ def _wav(path: Path, rate: int, n_samples: int) -> Path:
 def test_wav_declaring_1_hz_is_refused_within_bounded_memory(tmp_path):
     pytest.importorskip("soundfile")
     wav = _wav(tmp_path / "liar.wav", 1, 32768)   # 64 KB of samples "at 1 Hz": 262M samples at 8 kHz
-    script = (
+    script = PEAK_KB + (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
         "from bytemodel.readers import read_documents\n"
@@ -42,7 +42,7 @@ def test_wav_declaring_1_hz_is_refused_within_bounded_memory(tmp_path):
         "    print('read', sum(map(len, docs)))\n"
         "except SourceError as e:\n"
         "    print('refused:', e)\n"
-        "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+        "print('maxrss_kb', peak_kb())\n")
     r = subprocess.run([sys.executable, "-c", script, str(wav)], capture_output=True, text=True,
                        timeout=120, env=subprocess_env())
     assert r.returncode == 0, r.stderr[-2000:]
