@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bytemodel.compress import mix as M, mix2 as M2
+from bytemodel.compress import mix as M, mix2 as M2, mix3d as M3D
 from bytemodel.compress.adapt import Adapt, MIX
 
 
@@ -272,3 +272,15 @@ def test_ctx3d_reads_floor_log2_exactly_as_ctx3s_log2():
     from bytemodel.compress.mix3d import _floor_log2
     n = np.arange(1, 1 << 20, dtype=np.float64)
     assert np.array_equal(_floor_log2(n, np), np.log2(n).astype(np.int64))
+
+
+@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix3, lambda L, A: M3D.ContextMix3D(L, A)])
+def test_a_match_slot_two_streams_write_at_once_keeps_the_last_streams(make):
+    # three streams with the same bytes hash every context to the same slot at the same step: the
+    # match table must keep the last stream's position (NumPy's assignment order, which ctx3d makes
+    # explicit with last_of_each so a GPU gives the same); broken to the first, every entry points at 0
+    text = b"the match model points at where a context was seen before; " * 4
+    _, m = _drive_mixer(text * 3, 3, make)
+    written = m.mtab[m.mtab >= 0]
+    assert written.size > 0
+    assert ((written - 1) // m.row_len == 2).all()   # an entry: stream * row_len + t + 2, t + 2 <= row_len

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.scatter_ops import last_of_each
+
 NAME = "ctx1"                       # the container's name for this mixer and its constants
 CONTEXTS = ((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (2,), (3,), (2, 3), (1, 3), (4,), (1, 2, 4))
 CHAIN = 5                           # the first CHAIN contexts are the order chain (weight selection)
@@ -203,26 +205,34 @@ class ContextMix:
             self.table[full] >>= 1
             self.total[full] = self.table[full].sum(axis=1, dtype=np.int64)
 
+    def _bump(self, counts, idx) -> None:
+        """Add one to counts[idx] (repeats add up)."""
+        np.add.at(counts, idx, 1)
+
     def _advance(self, t: int, active: int, sym, pred, has) -> None:
-        """After step t: order 0, the history, the words and the match model take the coded tokens sym."""
-        s = np.arange(active)
-        np.add.at(self.c0, sym, 1)
+        """After step t: order 0, the history, the words and the match model take the coded tokens sym.
+        Written for any array module self.xp (NumPy here; ctx3d's CuPy: compress/mix3d.py)."""
+        xp = self.xp
+        self._bump(self.c0, sym)
         self.hist[:active, t + 1] = sym
         w = self.wordish[sym]
-        ended = ~w & (self.word[:active] != 0)
-        self.prev_word[:active] = np.where(ended, self.word[:active], self.prev_word[:active])
-        self.word[:active] = np.where(w, (self.word[:active] + np.uint64(1)) * _P + sym.astype(np.uint64), 0)
+        word = self.word[:active]
+        ended = ~w & (word != 0)
+        self.prev_word[:active] = xp.where(ended, word, self.prev_word[:active])
+        self.word[:active] = xp.where(w, (word + np.uint64(1)) * _P + sym.astype(np.uint64), np.uint64(0))
         ok = has & (pred == sym)
-        self.mlen[:active] = np.where(ok, self.mlen[:active] + 1, 0)
-        self.mptr[:active] = np.where(ok, self.mptr[:active] + 1, -1)
+        self.mlen[:active] = xp.where(ok, self.mlen[:active] + 1, 0)
+        self.mptr[:active] = xp.where(ok, self.mptr[:active] + 1, -1)
         if t + 1 >= MATCH_MIN:
-            h = np.zeros(active, dtype=np.uint64)
+            h = xp.zeros(active, dtype=np.uint64)
             for j in range(MATCH_MIN):
                 h = h * _P + self.hist[:active, t + 1 - j].astype(np.uint64)
             h ^= h >> np.uint64(31)
             slot = (h % np.uint64(1 << MATCH_BITS)).astype(np.int64)
             lost = self.mptr[:active] < 0
             found = self.mtab[slot]
-            self.mptr[:active] = np.where(lost & (found >= 0), found, self.mptr[:active])
-            # where the token after this context will be: column t + 2 of the stream (known from the next step on)
-            self.mtab[slot] = s * self.row_len + t + 2
+            self.mptr[:active] = xp.where(lost & (found >= 0), found, self.mptr[:active])
+            # where the token after this context will be: column t + 2 of the stream (known from the next
+            # step on); a slot written by two streams keeps the last one's, on any xp
+            keys, at = last_of_each(slot, xp)
+            self.mtab[keys] = at * self.row_len + t + 2

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.scatter_ops import first_of_each, for_xp, last_of_each
+from ..ops.scatter_ops import first_of_each, for_xp
 from . import mix as ctx1
 from . import mix2
-from .mix import _LOG_C, _P, MATCH_BITS, MATCH_MIN, MAX_LEN
+from .mix import _LOG_C, _P, MAX_LEN
 from .mix2 import CONF_BUCKETS, CONTEXTS, LIMIT, LR, LR_CONF, LR_FINAL, SETS
 
 NAME = "ctx3d"
@@ -172,29 +172,9 @@ class ContextMix3D(mix2.ContextMix3):
             self.table[full] >>= 1
             self.total[full] = self.table[full].sum(axis=1, dtype=np.int64)
 
-    def _advance(self, t: int, active: int, sym, pred, has) -> None:
-        xp = self.xp
-        self.add_rows(self.c0, sym, self.one64)
-        self.hist[:active, t + 1] = sym
-        w = self.wordish[sym]
-        word = self.word[:active]
-        ended = ~w & (word != 0)
-        self.prev_word[:active] = xp.where(ended, word, self.prev_word[:active])
-        self.word[:active] = xp.where(w, (word + np.uint64(1)) * _P + sym.astype(np.uint64), np.uint64(0))
-        ok = has & (pred == sym)
-        self.mlen[:active] = xp.where(ok, self.mlen[:active] + 1, 0)
-        self.mptr[:active] = xp.where(ok, self.mptr[:active] + 1, -1)
-        if t + 1 >= MATCH_MIN:
-            h = xp.zeros(active, dtype=np.uint64)
-            for j in range(MATCH_MIN):
-                h = h * _P + self.hist[:active, t + 1 - j].astype(np.uint64)
-            h ^= h >> np.uint64(31)
-            slot = (h % np.uint64(1 << MATCH_BITS)).astype(np.int64)
-            lost = self.mptr[:active] < 0
-            found = self.mtab[slot]
-            self.mptr[:active] = xp.where(lost & (found >= 0), found, self.mptr[:active])
-            keys, at = last_of_each(slot, xp)                          # a slot written twice: the last stream's
-            self.mtab[keys] = at * self.row_len + t + 2
+    def _bump(self, counts, idx) -> None:
+        """ctx1's order-0 count, in add_rows's order (ctx1's _advance, written for any xp, is the rest)."""
+        self.add_rows(counts, idx, self.one64)
 
 
 def _softmax(z, xp):
