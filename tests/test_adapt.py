@@ -303,6 +303,9 @@ def test_cli_adapt_without_a_checkpoint(run_dir, tmp_path):
     code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--adapt-mix", "none", "-o", tmp_path / "n.bmz"])
     assert code == 0 and "the network alone" in out, out
     assert bmz.read((tmp_path / "n.bmz").read_bytes())[0]["adapt"]["mix"] == "none"
+    code, out = _cli(["compress", f, "--adapt", "--preset", "tiny", "--precision", "bf16", "-o", tmp_path / "p.bmz"])
+    assert code == 0, out                                         # the CPU computes in fp32 whatever is asked
+    assert bmz.read((tmp_path / "p.bmz").read_bytes())[0]["backend"]["precision"] == "fp32"
     f.rename(tmp_path / "orig.txt")
     code, out = _cli(["decompress", tmp_path / "t.txt.bmz"])    # no checkpoint: the header names the preset
     assert code == 0, out

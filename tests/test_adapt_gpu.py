@@ -1,12 +1,13 @@
 """--adapt on the GPU: the decoder repeats the encoder's updates bit for bit (the CUDA kernels are
-deterministic on one GPU model), for a fresh model (fp32 there) and for a CPU-trained run loaded at
-fp16 and bf16, with AdamW and with SGD; the same bytes from two compressions; what adapting gains
-on the device; and a GPU file refused on the CPU. Skipped without CuPy, a GPU or the coder (CI)."""
+deterministic on one GPU model), for a fresh model (fp32 by default, or --precision's; decoding
+at the header's) and for a CPU-trained run loaded at fp16 and bf16, with AdamW and with SGD; the
+same bytes from two compressions; what adapting gains on the device; and a GPU file refused on
+the CPU. Skipped without CuPy, a GPU or the coder (CI)."""
 from __future__ import annotations
 
 import pytest
 
-from conftest import gpu_marks
+from conftest import cli, gpu_marks
 
 cp = pytest.importorskip("cupy")
 pytestmark = gpu_marks(cp)
@@ -46,6 +47,21 @@ def test_a_fresh_model_adapts_on_the_gpu():
     assert st_a["model_bits"] < 0.6 * st_s["model_bits"], (st_a["model_bits"], st_s["model_bits"])
     with pytest.raises(CompressError, match="compressed on cuda"):
         bmz.decompress(Fresh("tiny", **SMALL), blob)             # the CPU refuses a GPU file
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
+def test_a_fresh_model_codes_at_the_precision_asked(tmp_path, precision):
+    # compress builds the fresh model at --precision; decompress at the header's (were it to take
+    # its default, fp32, instead, the fp16 and bf16 files would be refused as made on another backend)
+    src, bmz_file, back = tmp_path / "t.txt", tmp_path / "t.txt.bmz", tmp_path / "back.txt"
+    src.write_bytes(TEXT)
+    code, out = cli(["compress", src, "--adapt", "--preset", "tiny", "--device", "cuda", "--precision", precision,
+                     "-o", bmz_file])
+    assert code == 0, out
+    assert bmz.read(bmz_file.read_bytes())[0]["backend"]["precision"] == precision
+    code, out = cli(["decompress", bmz_file, "-o", back])
+    assert code == 0, out
+    assert back.read_bytes() == TEXT
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

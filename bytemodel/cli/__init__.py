@@ -331,7 +331,7 @@ def score(
     adapt: bool = typer.Option(False, "--adapt", help="Score as `compress --adapt` codes: the documents joined, "
                                "in its streams, the model learning as it goes."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
-    precision: str = typer.Option("fp16", help=compress_cmd.SCORING_PRECISION_HELP),
+    precision: Optional[str] = typer.Option(None, help=compress_cmd.SCORING_PRECISION_HELP),
 ):
     """Bits per byte of data under a model (lower = the model predicts it better).
 
@@ -348,7 +348,7 @@ def score(
             raise ConfigError("--last names a run's weights; --preset starts a fresh model")
         if last:
             from .. import load
-            lm, settings = load(checkpoint, device=device, precision=precision, last=True), None
+            lm, settings = load(checkpoint, device=device, precision=precision or "fp16", last=True), None
             if adapt:
                 from ..compress.adapt import settings as adapt_settings
                 settings = adapt_settings(lm)

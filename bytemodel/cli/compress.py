@@ -22,20 +22,21 @@ def _run_reader(lm) -> str:
 
 
 # score's and eval's --precision (both read the model as compress codes with it)
-SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with), bf16 or fp32 (the CPU's figures, many "
-                          "times slower); the CPU computes in fp32.")
+SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with; a fresh --preset model: fp32), bf16 or fp32 "
+                          "(the CPU's figures, many times slower); the CPU computes in fp32.")
 
 
 def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None, stride=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
-    from ..compress.adapt import Fresh, settings
+    from ..compress.adapt import FRESH_PRECISION, Fresh, settings
     if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None
                       or stride is not None):
         raise ConfigError("--preset and --adapt-* need --adapt")
     if preset and checkpoint is not None:
         raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
-    lm = Fresh(preset, device) if preset else load(checkpoint, device=device, precision=precision)
+    lm = (Fresh(preset, device, precision=precision or FRESH_PRECISION) if preset
+          else load(checkpoint, device=device, precision=precision or "fp16"))
     if not adapt:
         return lm, None
     return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix, stride=stride)
@@ -95,7 +96,8 @@ def compress(
     reread: Optional[int] = typer.Option(None, "--reread", help="0 slides the window (the default); K re-reads "
                                          "the newest K tokens when it is full (on a GPU: 0 or K = window/2, as generation)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
-    precision: str = typer.Option("fp16", help="On cuda: fp16, bf16 or fp32."),
+    precision: Optional[str] = typer.Option(None, help="On cuda: fp16 (the default from a checkpoint), bf16 or "
+                                            "fp32 (a fresh --preset model's default); decompress takes the file's."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
     content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
                                  "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),
@@ -185,7 +187,8 @@ def decompress(
         start = (header.get("adapt") or {}).get("start", "checkpoint")
         if start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
             from ..compress.adapt import Fresh
-            lm = Fresh(start.split(":", 1)[1], device or backend["device"])
+            lm = Fresh(start.split(":", 1)[1], device or backend["device"],
+                       precision=backend.get("precision", "fp32"))
         else:
             if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
                 from ..compress.container import find_run
@@ -205,7 +208,7 @@ def eval_files(
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
     adapt: bool = typer.Option(False, "--adapt", help="The model's bits as `compress --adapt` codes each file."),
     preset: str = typer.Option("", "--preset", help="With --adapt and no checkpoint: a seeded fresh model."),
-    precision: str = typer.Option("fp16", help=SCORING_PRECISION_HELP),
+    precision: Optional[str] = typer.Option(None, help=SCORING_PRECISION_HELP),
 ):
     """Bits per byte of the model on each file next to gzip -9, bzip2 -9, xz -9e and zstd -19.
 
