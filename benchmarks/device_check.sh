@@ -22,9 +22,13 @@
 #     bash benchmarks/device_check.sh speech     # speech (ENC: pcm16, or pcm16msb), 5 minutes, the defaults and FLAGS
 #                                                # (default: dropout 0.3 / attention 0.1) at once, both held-out clips scored
 #                                                # (and with --adapt under the FLAGS run)
+#     bash benchmarks/device_check.sh adapt      # --adapt from a fresh small model (issue 26's 200 KB/s): the GPU tests of
+#                                                # the path, then FILE (default .dev/t1m.txt) compressed at fp32 / fp16 /
+#                                                # bf16 through the CLI, each decompressed and compared, sizes and times
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
-# into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the sample, text, split and
+# into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the adapt mode (written in the
+# twelfth session without a device; its commands ran by hand in stop 40 at fp32) and the sample, text, split and
 # speech modes as written: the runs they repeat did (ninth and tenth sessions), by other scripts.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -131,6 +135,25 @@ if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py s
     done
     grep -h "best:\|stopped\|finished" "$OUT"/speech_*.log; cat "$OUT"/speech_*.score "$OUT"/speech_*.adapt
     python3 benchmarks/little_data.py table .dev/little 2>/dev/null | tail -5   # FLAC's side
+    exit 0
+fi
+if [ "$only" = adapt ]; then    # FILE: e.g. linux-docs' files in `sort -df` order, the first 1,000,000 bytes
+    FILE=${FILE:-.dev/t1m.txt}
+    step "the GPU tests of --adapt (fresh models at each precision, ctx3d against NumPy)"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_adapt_gpu.py tests/test_mix_gpu.py -rfE \
+        > "$OUT/adapt_tests.log" 2>&1
+    echo "adapt tests rc=$?"; tail -3 "$OUT/adapt_tests.log"
+    ls -l "$FILE"; sha256sum "$FILE"
+    for p in fp32 fp16 bf16; do
+        step "compress --adapt --preset small at $p"
+        t=$(date +%s.%N)
+        timeout 120 python3 -m bytemodel.cli compress "$FILE" --adapt --preset small --device cuda --precision $p \
+            -o /tmp/adapt_$p.bmz -f > "$OUT/adapt_$p.log" 2>&1
+        echo "compress $p rc=$? $(awk "BEGIN{print $(date +%s.%N) - $t}") s $(stat -c%s /tmp/adapt_$p.bmz 2>/dev/null) bytes"
+        t=$(date +%s.%N)
+        timeout 120 python3 -m bytemodel.cli decompress /tmp/adapt_$p.bmz -o /tmp/adapt_$p.out -f >> "$OUT/adapt_$p.log" 2>&1
+        echo "decompress $p rc=$? $(awk "BEGIN{print $(date +%s.%N) - $t}") s"; cmp -s /tmp/adapt_$p.out "$FILE" && echo "$p RT_OK"
+    done
     exit 0
 fi
 if [ "$only" = little ] || [ "$only" = photos ]; then
