@@ -23,7 +23,8 @@
 #                                                # (default: dropout 0.3 / attention 0.1) at once, both held-out clips scored
 #                                                # (and with --adapt under the FLAGS run)
 #     bash benchmarks/device_check.sh adapt      # --adapt from a fresh small model (issue 26's 200 KB/s): the GPU tests of
-#                                                # the path, then FILE (default .dev/t1m.txt) compressed at fp32 / fp16 /
+#                                                # the path, the scatter kernel's benchmark, then FILE (default .dev/t1m.txt)
+#                                                # compressed at fp32 / fp16 /
 #                                                # bf16 through the CLI, each decompressed and compared, sizes and times
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
@@ -143,6 +144,9 @@ if [ "$only" = adapt ]; then    # FILE: e.g. linux-docs' files in `sort -df` ord
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_adapt_gpu.py tests/test_mix_gpu.py -rfE \
         > "$OUT/adapt_tests.log" 2>&1
     echo "adapt tests rc=$?"; tail -3 "$OUT/adapt_tests.log"
+    step "the ordered scatter-add against cupyx.scatter_add (benchmarks/kernels/scatter.py)"
+    timeout 90 python3 benchmarks/kernels/scatter.py --json "$OUT/scatter.json" > "$OUT/scatter.log" 2>&1
+    echo "scatter rc=$?"; cat "$OUT/scatter.log"
     ls -l "$FILE"; sha256sum "$FILE"
     for p in fp32 fp16 bf16; do
         step "compress --adapt --preset small at $p"
