@@ -24,8 +24,8 @@
 #                                                # (and with --adapt under the FLAGS run)
 #     bash benchmarks/device_check.sh adapt      # --adapt from a fresh small model (issue 26's 200 KB/s): the GPU tests of
 #                                                # the path, the scatter kernel's benchmark, then FILE (default .dev/t1m.txt)
-#                                                # compressed at fp32 / fp16 /
-#                                                # bf16 through the CLI, each decompressed and compared, sizes and times
+#                                                # compressed at fp32 / fp16 / bf16 through the CLI, each decompressed and
+#                                                # compared, sizes and times
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the adapt mode (written in the
