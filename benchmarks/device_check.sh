@@ -29,7 +29,7 @@
 # The compressor's tests need constriction (and zstandard, soundfile), which the device's Python
 # may lack: carry them as wheels in .whl/ (the device tool's README says how); they are installed
 # into /tmp/site when present. Each mode ran on the H200 (benchmarks/README.md), except the adapt mode (written in the
-# twelfth session without a device; its commands ran by hand in stop 40 at fp32) and the sample, text, split and
+# thirteenth session without a device; its commands ran by hand in the twelfth at fp32) and the sample, text, split and
 # speech modes as written: the runs they repeat did (ninth and tenth sessions), by other scripts.
 set -u
 cd "$(dirname "$0")/.." || exit 1
