@@ -274,7 +274,7 @@ def test_ctx3d_reads_floor_log2_exactly_as_ctx3s_log2():
     assert np.array_equal(_floor_log2(n, np), np.log2(n).astype(np.int64))
 
 
-@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix3, lambda L, A: M3D.ContextMix3D(L, A)])
+@pytest.mark.parametrize("make", [M.ContextMix, M2.ContextMix3, M3D.ContextMix3D])
 def test_a_match_slot_two_streams_write_at_once_keeps_the_last_streams(make):
     # three streams with the same bytes hash every context to the same slot at the same step: the
     # match table must keep the last stream's position (NumPy's assignment order, which ctx3d makes

@@ -348,7 +348,8 @@ def score(
             raise ConfigError("--last names a run's weights; --preset starts a fresh model")
         if last:
             from .. import load
-            lm, settings = load(checkpoint, device=device, precision=precision or "fp16", last=True), None
+            lm, settings = load(checkpoint, device=device, precision=precision or compress_cmd.CODING_PRECISION,
+                                last=True), None
             if adapt:
                 from ..compress.adapt import settings as adapt_settings
                 settings = adapt_settings(lm)

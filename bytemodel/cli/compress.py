@@ -21,6 +21,7 @@ def _run_reader(lm) -> str:
     return (data.reader if data is not None else None) or ""
 
 
+CODING_PRECISION = "fp16"   # a checkpoint's precision on cuda unless --precision says otherwise (compress, score, eval)
 # score's and eval's --precision (both read the model as compress codes with it)
 SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with; a fresh --preset model: fp32), bf16 or fp32 "
                           "(the CPU's figures, many times slower); the CPU computes in fp32.")
@@ -29,14 +30,14 @@ SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with; a fresh --pr
 def _model_and_adapt(checkpoint, device, precision, adapt, preset, lr, segment, optimizer, mix=None, stride=None):
     """The model to code with and the adaptation settings (None without --adapt)."""
     from .. import load
-    from ..compress.adapt import FRESH_PRECISION, Fresh, settings
+    from ..compress.adapt import Fresh, settings
     if not adapt and (preset or lr is not None or segment is not None or optimizer is not None or mix is not None
                       or stride is not None):
         raise ConfigError("--preset and --adapt-* need --adapt")
     if preset and checkpoint is not None:
         raise ConfigError("--preset starts a fresh model: give it or --checkpoint, not both")
-    lm = (Fresh(preset, device, precision=precision or FRESH_PRECISION) if preset
-          else load(checkpoint, device=device, precision=precision or "fp16"))
+    lm = (Fresh(preset, device, precision=precision) if preset
+          else load(checkpoint, device=device, precision=precision or CODING_PRECISION))
     if not adapt:
         return lm, None
     return lm, settings(lm, segment=segment, lr=lr, optimizer=optimizer, mix=mix, stride=stride)
@@ -184,16 +185,16 @@ def decompress(
         _roomy_malloc()
         header, _ = read(blob)
         backend = header["backend"]
+        made_at = backend.get("precision", "fp32")
         start = (header.get("adapt") or {}).get("start", "checkpoint")
         if start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
             from ..compress.adapt import Fresh
-            lm = Fresh(start.split(":", 1)[1], device or backend["device"],
-                       precision=backend.get("precision", "fp32"))
+            lm = Fresh(start.split(":", 1)[1], device or backend["device"], precision=made_at)
         else:
             if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
                 from ..compress.container import find_run
                 checkpoint = find_run(header)
-            lm = load(checkpoint, device=device or backend["device"], precision=backend.get("precision", "fp32"))
+            lm = load(checkpoint, device=device or backend["device"], precision=made_at)
         data = api_decompress(lm, blob, workers=workers or None)
         write_atomic(out, data)
         if not quiet:

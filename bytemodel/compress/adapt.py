@@ -205,8 +205,8 @@ class Adapter:
 
 
 FRESH_PRECISION = "fp32"    # a fresh model's precision on a GPU unless --precision says otherwise: what every
-                            # figure so far was measured at; fp16 / bf16 run (tests/test_adapt_gpu.py) but are
-                            # not yet measured for speed or ratio (benchmarks/README.md, ctx3d)
+                            # figure so far was measured at; fp16 / bf16 have a GPU test (tests/test_adapt_gpu.py,
+                            # not yet run on a device) and no figure for speed or ratio (benchmarks/README.md, ctx3d)
 
 
 class Fresh:
@@ -214,19 +214,19 @@ class Fresh:
     from a loaded checkpoint (.model, .tokenizer, .cfg, .path, .train_state): a compressor that
     needs no training. The same preset and seed give the same weights on every machine."""
 
-    def __init__(self, preset_name: str, device: str = "cpu", seed: int = FRESH_SEED, precision: str = "fp32",
+    def __init__(self, preset_name: str, device: str = "cpu", seed: int = FRESH_SEED, precision: str | None = None,
                  **overrides):
-        """precision: on a GPU fp16, bf16 or fp32 (the CPU computes in fp32 whatever is asked); a file
-        decodes with the precision its header names. overrides: model settings changed from the
-        preset's (tests: a smaller model; a file compressed so decodes only with the same overrides,
-        which the container does not hold)."""
+        """precision: on a GPU fp16, bf16 or fp32 (None: FRESH_PRECISION; the CPU computes in fp32
+        whatever is asked); a file decodes with the precision its header names. overrides: model
+        settings changed from the preset's (tests: a smaller model; a file compressed so decodes
+        only with the same overrides, which the container does not hold)."""
         from ..config import preset
         from ..model import Model
         from ..ops import get_backend
         from ..tokenizer import Tokenizer
         self.tokenizer = Tokenizer()
         self.cfg = preset(preset_name, vocab=self.tokenizer.vocab_size, **overrides)
-        self.model = Model(self.cfg, get_backend(device, precision, strict=False))
+        self.model = Model(self.cfg, get_backend(device, precision or FRESH_PRECISION, strict=False))
         self.model.init_weights(seed)
         self.path, self.train_state, self.fresh_preset = None, {}, preset_name
 
