@@ -141,21 +141,25 @@ fi
 if [ "$only" = adapt ]; then    # FILE: e.g. linux-docs' files in `sort -df` order, the first 1,000,000 bytes
     FILE=${FILE:-.dev/t1m.txt}
     step "the GPU tests of --adapt (fresh models at each precision, ctx3d against NumPy)"
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_adapt_gpu.py tests/test_mix_gpu.py -rfE \
-        > "$OUT/adapt_tests.log" 2>&1
-    echo "adapt tests rc=$?"; tail -3 "$OUT/adapt_tests.log"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_adapt_gpu.py tests/test_mix_gpu.py \
+        tests/test_compress_gpu.py -rfE > "$OUT/adapt_tests.log" 2>&1
+    echo "adapt tests rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/adapt_tests.log" | head; tail -3 "$OUT/adapt_tests.log"
     step "the ordered scatter-add against cupyx.scatter_add (benchmarks/kernels/scatter.py)"
-    timeout 90 python3 benchmarks/kernels/scatter.py --json "$OUT/scatter.json" > "$OUT/scatter.log" 2>&1
+    timeout 60 python3 benchmarks/kernels/scatter.py --json "$OUT/scatter.json" > "$OUT/scatter.log" 2>&1
     echo "scatter rc=$?"; cat "$OUT/scatter.log"
+    step "where the time goes (benchmarks/adapt_profile.py, fp16, 256 KB of FILE, graph on and off)"
+    timeout 150 python3 benchmarks/adapt_profile.py "$FILE" --device cuda --precision fp16 --bytes 262144 \
+        --streams 1024,4096 --graph both --json "$OUT/adapt_profile.json" > "$OUT/adapt_profile.log" 2>&1
+    echo "profile rc=$?"; cat "$OUT/adapt_profile.log"
     ls -l "$FILE"; sha256sum "$FILE"
-    for p in fp32 fp16 bf16; do
+    for p in ${PRECISIONS:-fp32 fp16 bf16}; do   # PRECISIONS: a subset, e.g. "fp16 bf16"
         step "compress --adapt --preset small at $p"
         t=$(date +%s.%N)
-        timeout 120 python3 -m bytemodel.cli compress "$FILE" --adapt --preset small --device cuda --precision $p \
+        timeout 100 python3 -m bytemodel.cli compress "$FILE" --adapt --preset small --device cuda --precision $p \
             -o /tmp/adapt_$p.bmz -f > "$OUT/adapt_$p.log" 2>&1
         echo "compress $p rc=$? $(awk "BEGIN{print $(date +%s.%N) - $t}") s $(stat -c%s /tmp/adapt_$p.bmz 2>/dev/null) bytes"
         t=$(date +%s.%N)
-        timeout 120 python3 -m bytemodel.cli decompress /tmp/adapt_$p.bmz -o /tmp/adapt_$p.out -f >> "$OUT/adapt_$p.log" 2>&1
+        timeout 90 python3 -m bytemodel.cli decompress /tmp/adapt_$p.bmz -o /tmp/adapt_$p.out -f >> "$OUT/adapt_$p.log" 2>&1
         echo "decompress $p rc=$? $(awk "BEGIN{print $(date +%s.%N) - $t}") s"; cmp -s /tmp/adapt_$p.out "$FILE" && echo "$p RT_OK"
     done
     exit 0

@@ -1,5 +1,5 @@
 """--adapt on the GPU: the decoder repeats the encoder's updates bit for bit (the CUDA kernels are
-deterministic on one GPU model), for a fresh model (fp32 by default, or --precision's; decoding
+deterministic on one GPU model), for a fresh model (fp16 by default, or --precision's; decoding
 at the header's) and for a CPU-trained run loaded at fp16 and bf16, with AdamW and with SGD; the
 same bytes from two compressions; what adapting gains on the device; and a GPU file refused on
 the CPU. Skipped without CuPy, a GPU or the coder (CI)."""
@@ -52,7 +52,7 @@ def test_a_fresh_model_adapts_on_the_gpu():
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
 def test_a_fresh_model_codes_at_the_precision_asked(tmp_path, precision):
     # compress builds the fresh model at --precision; decompress at the header's (were it to take
-    # its default, fp32, instead, the fp16 and bf16 files would be refused as made on another backend)
+    # its default, fp16, instead, the bf16 and fp32 files would be refused as made on another backend)
     src, bmz_file, back = tmp_path / "t.txt", tmp_path / "t.txt.bmz", tmp_path / "back.txt"
     src.write_bytes(TEXT)
     code, out = cli(["compress", src, "--adapt", "--preset", "tiny", "--device", "cuda", "--precision", precision,
@@ -77,3 +77,29 @@ def test_a_run_adapts_on_the_gpu(run_dir, precision, optimizer, lr):
     assert bmz.decompress(again, blob) == data
     bmz.compress(lm, data, streams=2, stats=st_s)
     assert st_a["model_bits"] < st_s["model_bits"], (st_a["model_bits"], st_s["model_bits"])
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("mix", ["ctx3d", "none"])
+def test_the_graphed_adapt_step_writes_the_launched_files(monkeypatch, precision, mix):
+    # under --adapt the lanes' step runs as a CUDA graph whose captured weights are refreshed in
+    # place after every update (driver._adapt_steppers); with GPU_GRAPH off, Lockstep launches it
+    # from Python. The files must be the same bytes, each decoding the other's: a stale weight
+    # buffer (no refresh) or a push out of order with the mixer's work would change the bits.
+    # window 8 and segment 8 over ~110-token streams: the ring and a dozen updates.
+    from bytemodel.compress import driver
+    made, orig = [], driver._adapt_steppers
+    monkeypatch.setattr(driver, "_adapt_steppers", lambda *a: made.append(orig(*a)) or made[-1])
+    fresh = lambda: Fresh("tiny", "cuda", precision=precision, **SMALL)   # noqa: E731
+    a = settings(fresh(), segment=8, lr=1e-2, mix=mix, stride=1)
+    opts = dict(adapt=a, streams=8, window=8)
+    monkeypatch.setattr(driver, "GPU_GRAPH", False)
+    launched = bmz.compress(fresh(), TEXT, **opts)
+    assert made[-1] is None
+    monkeypatch.setattr(driver, "GPU_GRAPH", True)
+    graphed = bmz.compress(fresh(), TEXT, **opts)
+    assert made[-1] is not None and all(g.captured for g in made[-1]), [g.capture_error for g in made[-1]]
+    assert graphed == launched
+    assert bmz.decompress(fresh(), launched) == TEXT          # decoded through the graph
+    monkeypatch.setattr(driver, "GPU_GRAPH", False)
+    assert bmz.decompress(fresh(), graphed) == TEXT           # and launched

@@ -23,7 +23,7 @@ def _run_reader(lm) -> str:
 
 CODING_PRECISION = "fp16"   # a checkpoint's precision on cuda unless --precision says otherwise (compress, score, eval)
 # score's and eval's --precision (both read the model as compress codes with it)
-SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with; a fresh --preset model: fp32), bf16 or fp32 "
+SCORING_PRECISION_HELP = ("On cuda: fp16 (what compress codes with, a fresh --preset model too), bf16 or fp32 "
                           "(the CPU's figures, many times slower); the CPU computes in fp32.")
 
 
@@ -97,8 +97,8 @@ def compress(
     reread: Optional[int] = typer.Option(None, "--reread", help="0 slides the window (the default); K re-reads "
                                          "the newest K tokens when it is full (on a GPU: 0 or K = window/2, as generation)."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
-    precision: Optional[str] = typer.Option(None, help="On cuda: fp16 (the default from a checkpoint), bf16 or "
-                                            "fp32 (a fresh --preset model's default); decompress takes the file's."),
+    precision: Optional[str] = typer.Option(None, help="On cuda: fp16 (the default, from a checkpoint or a "
+                                            "fresh --preset model), bf16 or fp32; decompress takes the file's."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
     content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
                                  "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),

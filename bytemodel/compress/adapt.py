@@ -33,7 +33,9 @@ prediction alone (what files from before the mixer did). Where the model compute
 (a GPU) the default is "ctx3d" (compress/mix3d.py): ctx3's arithmetic on the model's device, its
 state never crossing to the host; with NumPy it is ctx3 bit for bit.
 
-GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device). Its
+GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device; at
+fp16 / bf16 its step is one CUDA graph whose weights are refreshed after each update, the same bits
+as Lockstep's launched step: compress/driver._adapt_steppers). Its
 kernels give the same bits for the same inputs on the same GPU model (docs/GPU.md,
 "Determinism"), so a decoder on that GPU model repeats the encoder's updates; the container names
 the backend and another one is refused, as for every file.
@@ -204,9 +206,10 @@ class Adapter:
         self.updates += 1
 
 
-FRESH_PRECISION = "fp32"    # a fresh model's precision on a GPU unless --precision says otherwise: what every
-                            # figure so far was measured at; fp16 / bf16 have a GPU test (tests/test_adapt_gpu.py,
-                            # not yet run on a device) and no figure for speed or ratio (benchmarks/README.md, ctx3d)
+FRESH_PRECISION = "fp16"    # a fresh model's precision on a GPU unless --precision says otherwise (H200, small,
+                            # 1 MB of English: fp16 255,519 bytes in 30.9 s, bf16 256,050 in 33.5 s, fp32 256,046
+                            # in 67.1 s; fp32 keeps the reference attention, so no captured step: benchmarks/README.md,
+                            # "The adapting step as a CUDA graph")
 
 
 class Fresh:

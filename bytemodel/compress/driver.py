@@ -99,7 +99,9 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     device stepper can run a step ahead of the coder (compress/pipeline.py).
     On a GPU the sliding lockstep engine without adaptation or log-probabilities runs each step
     as one CUDA graph with the quantiser in it (_device_steppers: the same bits as the launched
-    step), the coder overlapped with the next step when known is given.
+    step), the coder overlapped with the next step when known is given; under adaptation the same
+    captured step without the quantiser, its logits left on the device for the mixer and its weights
+    refreshed in place after each update (_adapt_steppers: the same bits as Lockstep).
     """
     model, tok = lm.model, lm.tokenizer
     S = len(lengths)
@@ -122,14 +124,18 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
     weights = model.weights()
     mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
+    graphed = False                  # the lanes' steps as CUDA graphs (under --adapt on a GPU: _adapt_steppers)
     if engine == "cpu":
         folded = Folded(model, weights)
         steppers = [CpuLockstep(replicas[i % n_workers], b - a, window, reread, folded, weights)
                     for i, (a, b) in enumerate(bounds)]
         quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds]
     else:
-        steppers = [Lockstep(replicas[i % n_workers], b - a, window, weights, slide=reread == 0)
-                    for i, (a, b) in enumerate(bounds)]
+        steppers = (_adapt_steppers(model, bounds, window, int(lengths[0]), weights)
+                    if adapt is not None and reread == 0 else None)
+        graphed = steppers is not None
+        steppers = steppers or [Lockstep(replicas[i % n_workers], b - a, window, weights, slide=reread == 0)
+                                for i, (a, b) in enumerate(bounds)]
     adapter = None
     if adapt is not None:
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
@@ -188,12 +194,17 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                         for st in steppers:
                             st.refold(folded, weights)
                     else:
-                        for st in steppers:
-                            st.weights = weights        # the cache keeps what the old weights computed
+                        for st in steppers:             # the cache keeps what the old weights computed
+                            if graphed:
+                                st.refresh(weights)     # into the buffers the graph reads
+                            else:
+                                st.weights = weights
             if progress is not None:
                 progress(active)
     finally:
         side.close()
+        for st in steppers if graphed else ():
+            st.close()
         if start is not None:
             model.params[...] = start
         if limiter is not None:
@@ -221,6 +232,21 @@ def _device_steppers(model, bounds, window: int, steps: int, A: int):
         return None
     xp, weights = model.xp, model.weights()
     return [LockstepGraph(model, b - a, window, steps, lambda lg: quantise(lg, A, xp), A, weights)
+            for a, b in bounds]
+
+
+def _adapt_steppers(model, bounds, window: int, steps: int, weights):
+    """Under --adapt: one LockstepGraph per lane whose push is Lockstep.push's, the logits left on
+    the device for the mixer (host=False) and the captured weights refreshed after each update,
+    where GPU_GRAPH is on and the backend takes it, else None (Lockstep: the same bits)."""
+    if not GPU_GRAPH:
+        return None
+    from ..ops import device_decoder
+    dec = device_decoder(model.ops)
+    if dec is None or dec.lockstep_graph_ok(model, window) is not None:
+        return None
+    V = model.cfg.vocab_size
+    return [dec.LockstepGraph(model, b - a, window, steps, lambda lg: lg, V, weights, host=False)
             for a, b in bounds]
 
 

@@ -609,9 +609,17 @@ class LockstepGraph:
     Two host buffers each way (pinned): push t's ids are copied from, and its table to, buffer
     t % 2, so the host may code push t while push t + 1 runs; result() must be taken before a third
     push is queued. graph False: every push launched eagerly (the same launches, for tests).
+
+    host False (the compressor under --adapt, whose mixer and optimizer work on the device): post's
+    table stays on the device, and the push is a drop-in for Lockstep.push, in order with the
+    caller's stream both ways:
+
+        out = G.push(ids)   # (B, cols) float32 on the device, valid until the next push
+        G.refresh(W)        # after an optimizer step: the new weights copied into the captured ones
     """
 
-    def __init__(self, model, B: int, window: int, steps: int, post, cols: int, weights=None, graph: bool = True):
+    def __init__(self, model, B: int, window: int, steps: int, post, cols: int, weights=None, graph: bool = True,
+                 host: bool = True):
         ops, cfg = model.ops, model.cfg
         why = lockstep_graph_ok(model, window)
         if why:
@@ -638,8 +646,9 @@ class LockstepGraph:
         self.out = cp.zeros((self.B, self.cols), dtype=cp.float32)
         self._pinned = []
         self.host_ids = [self._host((self.B,), np.int32) for _ in range(2)]
-        self.host_out = [self._host((self.B, self.cols), np.float32) for _ in range(2)]
+        self.host_out = [self._host((self.B, self.cols), np.float32) for _ in range(2)] if host else None
         self.done = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+        self.ready = cp.cuda.Event(disable_timing=True)     # host False: the caller's work before a push
         self.queued = 0          # pushes queued
         self.taken = 0           # results taken
         self.graph = None
@@ -704,6 +713,44 @@ class LockstepGraph:
             rt.memcpyAsync(o.ctypes.data, self.out.data.ptr, o.nbytes, rt.memcpyDeviceToHost, self.stream.ptr)
             self.done[k].record(self.stream)
         self.queued += 1
+
+    def push(self, ids):
+        """host False: one push of ids (B,) ints after the caller's stream's work so far (a weight
+        refresh, the reads of the last table) -> post's table (B, cols) float32 on the device, which
+        the caller's stream's later work sees complete. Nothing waits on the host but the ids' buffer
+        of two pushes ago."""
+        if self.host_out is not None:
+            raise RuntimeError("push is for host=False; enqueue and result copy to the host")
+        if self.queued >= self.steps:
+            raise RuntimeError(f"made for {self.steps} pushes")
+        k = self.queued % 2
+        if self.queued >= 2:
+            self.done[k].synchronize()         # push t - 2 has read its ids from this buffer
+        h = self.host_ids[k]
+        h[...] = np.asarray(ids).reshape(self.B)
+        caller = cp.cuda.get_current_stream()
+        self.ready.record(caller)
+        self.stream.wait_event(self.ready)
+        rt = cp.cuda.runtime
+        with self.stream:
+            rt.memcpyAsync(self.ids.data.ptr, h.ctypes.data, h.nbytes, rt.memcpyHostToDevice, self.stream.ptr)
+            self._run()
+            self.done[k].record(self.stream)
+        caller.wait_event(self.done[k])
+        self.queued += 1
+        self.taken += 1
+        return self.out
+
+    def refresh(self, weights) -> None:
+        """The weights the step computes with, copied in place on the caller's stream (the graph
+        reads these buffers; the next push waits for the copies): a model after an optimizer step
+        gives the bits Lockstep gives with the new weights() (the cache keeps what the old computed)."""
+        W = self.step.W
+        if set(weights) != set(W):
+            raise ValueError("refresh needs the same weights by name")
+        for name, w in weights.items():
+            if W[name] is not w:
+                W[name][...] = w
 
     def result(self) -> np.ndarray:
         """(B, cols) float32: post's table of the oldest push in flight (waits for it). A view of a
