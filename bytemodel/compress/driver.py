@@ -124,18 +124,9 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     replicas = [model] + [model.replica() for _ in range(n_workers - 1)]
     weights = model.weights()
     mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
-    graphed = False                  # the lanes' steps as CUDA graphs (under --adapt on a GPU: _adapt_steppers)
-    if engine == "cpu":
-        folded = Folded(model, weights)
-        steppers = [CpuLockstep(replicas[i % n_workers], b - a, window, reread, folded, weights)
-                    for i, (a, b) in enumerate(bounds)]
-        quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds]
-    else:
-        steppers = (_adapt_steppers(model, bounds, window, int(lengths[0]), weights)
-                    if adapt is not None and reread == 0 else None)
-        graphed = steppers is not None
-        steppers = steppers or [Lockstep(replicas[i % n_workers], b - a, window, weights, slide=reread == 0)
-                                for i, (a, b) in enumerate(bounds)]
+    steppers, graphed = _lane_steppers(model, replicas, bounds, window, reread, engine, weights,
+                                       int(lengths[0]) if adapt is not None else None)
+    quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds] if engine == "cpu" else None
     adapter = None
     if adapt is not None:
         adapter = Adapter(model, replicas, bounds, lengths, adapt, tok.doc_id)
@@ -188,17 +179,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
                 adapter.record(t, active, got)
                 if adapter.due(t):
                     adapter.update(t, lambda fn: _on_workers(pool, mine, fn))
-                    weights = model.weights()
-                    if engine == "cpu":
-                        folded = Folded(model, weights)
-                        for st in steppers:
-                            st.refold(folded, weights)
-                    else:
-                        for st in steppers:             # the cache keeps what the old weights computed
-                            if graphed:
-                                st.refresh(weights)     # into the buffers the graph reads
-                            else:
-                                st.weights = weights
+                    _new_weights(model, steppers, engine, graphed)
             if progress is not None:
                 progress(active)
     finally:
@@ -233,6 +214,38 @@ def _device_steppers(model, bounds, window: int, steps: int, A: int):
     xp, weights = model.xp, model.weights()
     return [LockstepGraph(model, b - a, window, steps, lambda lg: quantise(lg, A, xp), A, weights)
             for a, b in bounds]
+
+
+def _lane_steppers(model, replicas, bounds, window: int, reread: int, engine: str, weights, adapt_steps):
+    """Each lane's stepper -> (steppers, graphed): CpuLockstep (engine "cpu") or Lockstep on lane i's
+    worker replica; under adaptation (adapt_steps: the steps, else None) with a sliding window on a
+    GPU, _adapt_steppers' captured steps where it gives them (graphed True)."""
+    n = len(replicas)
+    if engine == "cpu":
+        folded = Folded(model, weights)
+        return [CpuLockstep(replicas[i % n], b - a, window, reread, folded, weights)
+                for i, (a, b) in enumerate(bounds)], False
+    dev = _adapt_steppers(model, bounds, window, adapt_steps, weights) if adapt_steps and reread == 0 else None
+    if dev is not None:
+        return dev, True
+    return [Lockstep(replicas[i % n], b - a, window, weights, slide=reread == 0)
+            for i, (a, b) in enumerate(bounds)], False
+
+
+def _new_weights(model, steppers, engine: str, graphed: bool) -> None:
+    """After an update: every stepper computes with the model's new weights (the cache keeps what
+    the old weights computed)."""
+    weights = model.weights()
+    if engine == "cpu":
+        folded = Folded(model, weights)
+        for st in steppers:
+            st.refold(folded, weights)
+    elif graphed:
+        for st in steppers:
+            st.refresh(weights)         # into the buffers the graph reads
+    else:
+        for st in steppers:
+            st.weights = weights
 
 
 def _adapt_steppers(model, bounds, window: int, steps: int, weights):
