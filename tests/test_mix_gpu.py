@@ -46,6 +46,59 @@ def test_cuda_twin_is_the_reference_bit_for_bit():
     assert np.array_equal(cp.asnumpy(keys), k2) and np.array_equal(cp.asnumpy(at), at2)
 
 
+def test_cuda_integer_scatters_are_the_references():
+    # add_ones (uint16 wrapping, int64), put_last and claim_rows by atomics against the NumPy
+    # references, over many repeats (the order atomics run in must not show), twice each
+    from bytemodel.ops import cuda_scatter as cs
+    rng = np.random.default_rng(4)
+    for n, R in ((20000, 300), (5000, 7), (1, 3)):
+        idx = rng.integers(0, R, n)
+        mask = rng.random(n) < 0.7
+        for dt in (np.uint16, np.int64):
+            out = rng.integers(0, 65536 if dt == np.uint16 else 10**6, R).astype(dt)
+            for mk in (None, mask):
+                want = out.copy()
+                so.add_ones(want, idx, mk)
+                d = cp.asarray(out)
+                cs.add_ones(d, cp.asarray(idx), None if mk is None else cp.asarray(mk))
+                assert np.array_equal(cp.asnumpy(d), want), (n, R, dt)
+        vals = rng.integers(0, 10**12, n)
+        want = np.full(R, -1, dtype=np.int64)
+        so.put_last(want, idx, vals)
+        chk = rng.integers(1, 60000, n).astype(np.uint16)
+        check = rng.integers(1, 60000, R).astype(np.uint16)
+        table = rng.integers(0, 9, (R, 5)).astype(np.uint16)
+        total = table.sum(axis=1).astype(np.int64)
+        refs = [check.copy(), table.copy(), total.copy()]
+        so.claim_rows(refs[0], idx, chk, mask, (refs[1], refs[2]))
+        for _ in range(2):
+            d = cp.full(R, -1, dtype=cp.int64)
+            cs.put_last(d, cp.asarray(idx), cp.asarray(vals))
+            assert np.array_equal(cp.asnumpy(d), want), (n, R)
+            dc, dt_, dtot = cp.asarray(check), cp.asarray(table), cp.asarray(total)
+            cs.claim_rows(dc, cp.asarray(idx), cp.asarray(chk), cp.asarray(mask), (dt_, dtot))
+            for a, b in zip((dc, dt_, dtot), refs):
+                assert np.array_equal(cp.asnumpy(a), b), (n, R)
+
+
+def test_context_keys_kernel_is_ctx2s_keys():
+    # the device's one kernel against ContextMix2._keys on the host, before and past the deepest context
+    from bytemodel.compress.mix2 import ContextMix3
+    from bytemodel.compress.mix3d import ContextMix3D
+    rng = np.random.default_rng(6)
+    S, T, A = 300, 20, 256
+    host = ContextMix3(np.full(S, T), A, True)
+    dev = ContextMix3D(np.full(S, T), A, True, cp)
+    hist = rng.integers(0, A, host.hist.shape).astype(np.int32)
+    host.hist[...] = hist
+    dev.hist[...] = cp.asarray(hist)
+    for t in (0, 1, 2, 5, host.depth - 1, host.depth, host.depth + 3, T - 1):
+        for active in (S, S - 17):
+            bh, kh = host._keys(t, active)
+            bd, kd = dev._keys(t, active)
+            assert np.array_equal(cp.asnumpy(bd), bh) and np.array_equal(cp.asnumpy(kd), kh), (t, active)
+
+
 INTS = ("table", "total", "check", "mtab", "mptr", "mlen", "word", "prev_word", "c0", "hist")
 FLOATS = ("Ws", "Wc", "V", "wm")
 

@@ -54,3 +54,39 @@ def test_first_and_last_of_each():
     assert keys.tolist() == want and k2.tolist() == want
     assert first.tolist() == [idx.tolist().index(k) for k in want]
     assert last.tolist() == [len(idx) - 1 - idx.tolist()[::-1].index(k) for k in want]
+
+
+def test_add_ones_put_last_and_claim_rows_against_loops():
+    # the mixer's integer scatters (their CUDA twins, atomics, are held to these in test_mix_gpu.py)
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, 40, 500)
+    mask = rng.random(500) < 0.6
+    t = np.array([65535, 2] + [0] * 38, dtype=np.uint16)
+    want = t.copy()
+    for i in range(500):
+        if mask[i]:
+            want[idx[i]] = np.uint16((int(want[idx[i]]) + 1) % 65536)
+    so.add_ones(t, idx, mask)
+    assert np.array_equal(t, want) and t[0] <= 65535           # wrapped, as NumPy's uint16 does
+    out = np.full(40, -1, dtype=np.int64)
+    vals = rng.integers(0, 10**9, 500)
+    so.put_last(out, idx, vals)
+    loop = np.full(40, -1, dtype=np.int64)
+    for i in range(500):                                        # a plain loop: the last write stays
+        loop[idx[i]] = vals[i]
+    assert np.array_equal(out, loop)
+    check = rng.integers(1, 9, 40).astype(np.uint16)
+    table = rng.integers(1, 9, (40, 3)).astype(np.uint16)
+    total = table.sum(axis=1).astype(np.int64)
+    chk = rng.integers(1, 9, 500).astype(np.uint16)
+    c2, t2, tot2 = check.copy(), table.copy(), total.copy()
+    seen = set()
+    for i in range(500):                                        # first claimant of each row owns it
+        if mask[i]:
+            t2[idx[i]] = 0
+            tot2[idx[i]] = 0
+            if idx[i] not in seen:
+                seen.add(idx[i])
+                c2[idx[i]] = chk[i]
+    so.claim_rows(check, idx, chk, mask, (table, total))
+    assert np.array_equal(check, c2) and np.array_equal(table, t2) and np.array_equal(total, tot2)

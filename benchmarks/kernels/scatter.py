@@ -1,6 +1,7 @@
 """The ordered row scatter-add (gpu/scatter.cu, ops/cuda_scatter.add_rows) against CuPy's
 cupyx.scatter_add (atomics: the same sums in an order that changes from run to run), in the same
-run, at the shapes ctx3d's update uses (compress/mix3d.py).
+run, at the shapes ctx3d's update uses (compress/mix3d.py); and the mixer's integer scatters
+(gpu/mixer.cu: add_ones for the counts, put_last for the match table, claim_rows for the checks).
 
     python benchmarks/kernels/scatter.py [--streams 488 1024 4096] [--json f]
 
@@ -74,7 +75,65 @@ def run(S: int) -> list:
         if peer_diff is not None:
             print(f"   peer's largest difference from np.add.at: {peer_diff:.3g}")
         rows.append(r)
+        if kind == "ones":           # the counts as the mixer adds them now: add_ones (atomics; integers)
+            want1 = base.copy()
+            scatter_ops.add_ones(want1, idx)
+            d1 = cp.asarray(base)
+            cuda_scatter.add_ones(d1, idx_d)
+            if not np.array_equal(cp.asnumpy(d1), want1):
+                print(f"error: add_ones {name} at {S} streams: not the reference's")
+                sys.exit(1)
+            ms1 = median_ms(lambda: cuda_scatter.add_ones(d1, idx_d))
+            rows.append(row(f"add_ones {name}", f"S={S}", (n,) + tuple(shape), ms1, peer_ms, nbytes=nb, err=0.0,
+                            peer="cupyx.scatter_add"))
+    rows += _writes(S, rng)
     return rows
+
+
+def _writes(S: int, rng) -> list:
+    """put_last (the match table) and claim_rows (rows changing hands) at the mixer's sizes, checked
+    against the NumPy references first; the peer: CuPy's fancy assignment, whose winner among
+    repeated rows is unspecified."""
+    import cupy as cp
+    from bytemodel.compress.mix import MATCH_BITS
+    from bytemodel.compress.mix3d import ContextMix3D
+    from bytemodel.ops import cuda_scatter, scatter_ops
+    m = ContextMix3D(np.full(S, 2048), 256)
+    out = []
+    idx = rng.integers(0, 1 << MATCH_BITS, S)
+    vals = rng.integers(0, 10**9, S)
+    want = np.full(1 << MATCH_BITS, -1, dtype=np.int64)
+    scatter_ops.put_last(want, idx, vals)
+    d, i_d, v_d = cp.full(1 << MATCH_BITS, -1, dtype=cp.int64), cp.asarray(idx), cp.asarray(vals)
+    cuda_scatter.put_last(d, i_d, v_d)
+    if not np.array_equal(cp.asnumpy(d), want):
+        print(f"error: put_last at {S} streams: not the reference's")
+        sys.exit(1)
+
+    def peer():
+        d[i_d] = v_d
+    out.append(row("put_last match table", f"S={S}", (S, 1 << MATCH_BITS), median_ms(lambda: cuda_scatter.put_last(
+        d, i_d, v_d)), median_ms(peer), nbytes=S * 24, err=0.0, peer="cupy d[idx] = v"))
+    R, K = m.total.shape[0], m.K
+    n = S * K
+    idx = rng.integers(0, R, n)
+    chk = rng.integers(1, 60000, n).astype(np.uint16)
+    mask = rng.random(n) < 0.05
+    check = np.zeros(R, dtype=np.uint16)
+    want = check.copy()
+    scatter_ops.claim_rows(want, idx, chk, mask)
+    dc, i_d, c_d, m_d = cp.asarray(check), cp.asarray(idx), cp.asarray(chk), cp.asarray(mask)
+    cuda_scatter.claim_rows(dc, i_d, c_d, m_d)
+    if not np.array_equal(cp.asnumpy(dc), want):
+        print(f"error: claim_rows at {S} streams: not the reference's")
+        sys.exit(1)
+
+    def peer2():
+        rb = i_d[m_d]
+        dc[rb] = c_d[m_d]
+    out.append(row("claim_rows checks", f"S={S}", (n, R), median_ms(lambda: cuda_scatter.claim_rows(dc, i_d, c_d, m_d)),
+                   median_ms(peer2), nbytes=n * 11, err=0.0, peer="cupy masked d[idx] = c"))
+    return out
 
 
 def main():

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.scatter_ops import last_of_each
+from ..ops.scatter_ops import put_last
 
 NAME = "ctx1"                       # the container's name for this mixer and its constants
 CONTEXTS = ((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (2,), (3,), (2, 3), (1, 3), (4,), (1, 2, 4))
@@ -209,6 +209,10 @@ class ContextMix:
         """Add one to counts[idx] (repeats add up)."""
         np.add.at(counts, idx, 1)
 
+    def _put_last(self, out, idx, vals) -> None:
+        """out[idx[i]] = vals[i], a repeated idx keeping the last i's (ops/scatter_ops.put_last)."""
+        put_last(out, idx, vals)
+
     def _advance(self, t: int, active: int, sym, pred, has) -> None:
         """After step t: order 0, the history, the words and the match model take the coded tokens sym.
         Written for any array module self.xp (NumPy here; ctx3d's CuPy: compress/mix3d.py)."""
@@ -234,5 +238,4 @@ class ContextMix:
             self.mptr[:active] = xp.where(lost & (found >= 0), found, self.mptr[:active])
             # where the token after this context will be: column t + 2 of the stream (known from the next
             # step on); a slot written by two streams keeps the last one's, on any xp
-            keys, at = last_of_each(slot, xp)
-            self.mtab[keys] = at * self.row_len + t + 2
+            self._put_last(self.mtab, slot, xp.arange(active, dtype=np.int64) * self.row_len + t + 2)

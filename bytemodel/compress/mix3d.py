@@ -11,10 +11,13 @@ is a few dozen device launches whatever the streams.
 
 The arithmetic is ctx3's, line for line (the module doc of compress/mix2.py), but for what a
 device needs to give the same bits every run:
-- every repeated-row addition (the weight steps, the counts) is ops/scatter_ops.add_rows, in index
-  order (np.add.at's order; on a GPU gpu/scatter.cu, no atomics);
+- every repeated-row addition of floats (the weight steps) is ops/scatter_ops.add_rows, in index
+  order (np.add.at's order; on a GPU gpu/scatter.cu, no atomics); the counts' additions of one are
+  scatter_ops.add_ones (integers: on a GPU atomics give the same sums);
 - "last write wins" (the match table) and "first claimant owns" (a checked row changing hands)
-  are explicit (scatter_ops.last_of_each / first_of_each), not an assignment's unspecified order;
+  are explicit (scatter_ops.put_last / claim_rows: on a GPU the largest / smallest index chosen by
+  atomics, gpu/mixer.cu), not an assignment's unspecified order;
+- the token contexts' hashes (ctx2's _keys) are one kernel on a GPU (ops/cuda_scatter.context_keys);
 - floor(log2(n + 1)) of a count is read from frexp (exact), not from a log.
 With NumPy, ContextMix3D is ContextMix3 bit for bit (tests/test_mix.py); with CuPy its integers
 (counts, checks, hashes, the match model) are the same as NumPy's, its floats differ from them in
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.scatter_ops import first_of_each, for_xp
+from ..ops.scatter_ops import kit_for
 from . import mix as ctx1
 from . import mix2
 from .mix import _LOG_C, _P, MAX_LEN
@@ -53,18 +56,24 @@ class ContextMix3D(mix2.ContextMix3):
 
     def __init__(self, lengths, alphabet: int, fresh: bool = False, xp=np):
         super().__init__(lengths, alphabet, fresh)
-        self.xp, self.add_rows = xp, for_xp(xp)
+        self.xp, self.kit = xp, kit_for(xp)
+        self.add_rows = self.kit.add_rows
         for name in ("hist", "table", "total", "word", "prev_word", "wordish", "c0", "Ws", "base", "Wc", "V",
                      "wm", "mtab", "mptr", "mlen", "check", "multi", "single", "single_j", "salts", "offset"):
             setattr(self, name, xp.asarray(getattr(self, name)))
         self.by_k = [(xp.asarray(cols), xp.asarray(js), xp.asarray(js.astype(np.uint64))) for cols, js in self.by_k]
         self.words = xp.arange(len(CONTEXTS), self.K, dtype=np.int64)
         self.log_c = xp.asarray(_LOG_C)
-        self.one16 = xp.ones(1, dtype=np.uint16)
-        self.one64 = xp.ones(1, dtype=np.int64)
+        # the hashed contexts' token distances, flattened, for the device's keys (ops/cuda_scatter.context_keys)
+        ctx = [CONTEXTS[i] for i in self.multi.tolist()] if xp is not np else []
+        self.dist = xp.asarray(np.array([j for c in ctx for j in c], dtype=np.int64))
+        self.dist_off = xp.asarray(np.concatenate([[0], np.cumsum([len(c) for c in ctx])]).astype(np.int64))
 
     def _keys(self, t: int, active: int):
         xp = self.xp
+        if xp is not np:            # one kernel, the same integers (ops/cuda_scatter.context_keys)
+            from ..ops.cuda_scatter import context_keys
+            return context_keys(self.hist, t, active, self.depth, self.A, self.dist, self.dist_off, self.salts, _P)
         back = xp.full((active, self.depth + 1), self.A, dtype=np.int64)
         j0 = max(1, t + 1 - self.depth)
         if t >= 1:
@@ -150,12 +159,7 @@ class ContextMix3D(mix2.ContextMix3):
         gm = (pred == sym).astype(np.float64) - xp.where(has, p[s, xp.maximum(pred, 0)], 0.0)
         add(self.wm, lb, (4 * LR * f) * gm, mask=has)
         r, c, b = rows.reshape(-1), chk.reshape(-1), bad.reshape(-1)
-        rb = r[b]
-        if len(rb):                                                    # rows changing hands: cleared, first claimant owns
-            self.table[rb] = 0
-            self.total[rb] = 0
-            owners, first = first_of_each(rb, xp)
-            self.check[owners] = c[b][first]
+        self.kit.claim_rows(self.check, r, c, b, (self.table, self.total))   # cleared, first claimant owns
         mine = self.check[r] == c
         self._count(r, xp.repeat(sym, K), mine)
         self._advance(t, active, sym, pred, has)
@@ -164,8 +168,8 @@ class ContextMix3D(mix2.ContextMix3):
     def _count(self, r, sym, mine) -> None:
         """ctx2's _count of the cells (r, sym) where mine, at LIMIT."""
         xp = self.xp
-        self.add_rows(self.table.reshape(-1), r * self.A + sym, self.one16, mask=mine)
-        self.add_rows(self.total, r, self.one64, mask=mine)
+        self.kit.add_ones(self.table.reshape(-1), r * self.A + sym, mine)
+        self.kit.add_ones(self.total, r, mine)
         full = r[(self.total[r] > LIMIT) & mine]
         if len(full):
             full = xp.unique(full)
@@ -173,8 +177,11 @@ class ContextMix3D(mix2.ContextMix3):
             self.total[full] = self.table[full].sum(axis=1, dtype=np.int64)
 
     def _bump(self, counts, idx) -> None:
-        """ctx1's order-0 count, in add_rows's order (ctx1's _advance, written for any xp, is the rest)."""
-        self.add_rows(counts, idx, self.one64)
+        """ctx1's order-0 count (ctx1's _advance, written for any xp, is the rest)."""
+        self.kit.add_ones(counts, idx)
+
+    def _put_last(self, out, idx, vals) -> None:
+        self.kit.put_last(out, idx, vals)
 
 
 def _softmax(z, xp):
