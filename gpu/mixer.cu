@@ -103,17 +103,3 @@ extern "C" __global__ void context_keys(const int* __restrict__ hist, i64 row_le
         keys[s * nm + c] = h;
     }
 }
-
-// Row scatter-add in index order for an output of few cells (ops/cuda_scatter.add_rows' scan path):
-// one thread per cell (row, column) walks every i in order, adding vals[i] where idx[i] is its row
-// (masked i carry row R, which no thread has): np.add.at's sequence of additions, with no sort.
-extern "C" __global__ void add_rows_scan(const i64* __restrict__ idx, const double* __restrict__ vals, double* out,
-                                         i64 n, i64 m, i64 R) {
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (tid >= R * m) return;
-    const i64 row = tid / m, c = tid % m;
-    double acc = out[tid];
-    for (i64 i = 0; i < n; ++i)
-        if (idx[i] == row) acc = acc + vals[i * m + c];
-    out[tid] = acc;
-}

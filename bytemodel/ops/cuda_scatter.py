@@ -6,11 +6,12 @@
     context_keys(hist, t, active, depth, A, dist, off, salts) -> (back, keys): ContextMix2._keys
 
 add_rows: each row's values are added to it in index order by one thread per row and column, after
-a sort of the unique keys row * n + i; or, where out has few cells (float64, at most SCAN_CELLS),
-by one thread per cell walking every i in order, with no sort: either way np.add.at's sequence of
-additions, so its bits on the same inputs, every run. Types: float64, float32, int64, int32, uint16
-(out's; vals are cast to it, as np.add.at casts). The rest give integer results, so they use
-atomics and still give the references' bits (ops/scatter_ops.py's module doc).
+a sort of the unique keys row * n + i: np.add.at's sequence of additions, so its bits on the same
+inputs, every run. Types: float64, float32, int64, int32, uint16 (out's; vals are cast to it, as
+np.add.at casts). (A scan with no sort, one thread per cell walking every i, was tried for the
+mixer's small weight tables and measured slower on the H200: 937 against ~150 us at 14,336 values
+into 168 cells, 140 against 94 at 2,048 into 4,496; benchmarks/README.md.) The rest give integer
+results, so they use atomics and still give the references' bits (ops/scatter_ops.py's module doc).
 """
 from __future__ import annotations
 
@@ -30,10 +31,6 @@ def _fn(dtype):
     if kind not in _MODULES:
         _MODULES[kind] = cp.RawModule(code=_source("scatter.cu"), options=("-std=c++17", f"-DVAL_KIND={kind}"))
     return _MODULES[kind].get_function("add_rows")
-
-
-SCAN_CELLS = 8192      # add_rows: a float64 out of at most this many cells, from at most SCAN_N values,
-SCAN_N = 16384         # takes the scan (no sort; each cell's thread walks every value)
 
 
 def _mixer(name):
@@ -162,12 +159,8 @@ def add_rows(out, idx, vals, mask=None) -> None:
     idx = cp.asarray(idx).astype(cp.int64, copy=False)
     if mask is not None:
         idx = cp.where(cp.asarray(mask), idx, R)          # masked: row R, sorted last, skipped
-    v = cp.ascontiguousarray(cp.broadcast_to(cp.asarray(vals, dtype=out.dtype), (n,) + out.shape[1:]))
-    if np.dtype(out.dtype) == np.float64 and R * m <= SCAN_CELLS and n <= SCAN_N:
-        _mixer("add_rows_scan")(*_grid(R * m), (cp.ascontiguousarray(idx), v, out, np.int64(n), np.int64(m),
-                                                np.int64(R)))
-        return
     key = cp.sort(idx * n + cp.arange(n, dtype=cp.int64))
+    v = cp.ascontiguousarray(cp.broadcast_to(cp.asarray(vals, dtype=out.dtype), (n,) + out.shape[1:]))
     total = n * m
     _fn(out.dtype)(((total + _THREADS - 1) // _THREADS,), (_THREADS,),
                    (key, v, out, np.int64(n), np.int64(m), np.int64(R)))
