@@ -46,7 +46,7 @@ def _grid(n):
 def _mask(mask, n):
     """(mask array, has_mask) for the kernels: a bool array, or a dummy with has_mask 0."""
     if mask is None:
-        return _NO_MASK(), np.int32(0)
+        return _no_mask(), np.int32(0)
     m = cp.ascontiguousarray(cp.asarray(mask))
     if m.dtype != cp.bool_ or m.shape != (n,):
         raise ValueError("mask must be (n,) bool")
@@ -58,21 +58,25 @@ def _ints(idx):
     return cp.ascontiguousarray(cp.asarray(idx).astype(cp.int64, copy=False))
 
 
-_NO = {}
+_CACHE: dict = {}     # per device: the dummy mask, and one scratch per resting value
 
 
-def _NO_MASK():
-    if "mask" not in _NO:
-        _NO["mask"] = cp.zeros(1, dtype=cp.bool_)
-    return _NO["mask"]
+def _no_mask():
+    key = ("mask", cp.cuda.Device().id)
+    if key not in _CACHE:
+        _CACHE[key] = cp.zeros(1, dtype=cp.bool_)
+    return _CACHE[key]
 
 
 def _scratch(R, rest):
-    """A (R,) int32 scratch at its resting value `rest`, kept between calls (each call restores it)."""
-    key = (int(R), int(rest), cp.cuda.Device().id)
-    if key not in _NO:
-        _NO[key] = cp.full(int(R), rest, dtype=cp.int32)
-    return _NO[key]
+    """An int32 scratch of at least R slots at its resting value `rest`, kept between calls (each
+    call restores the slots it takes): one per resting value and device, grown to the largest R
+    asked, so memory stays at one table's worth however many sizes pass through."""
+    key = ("scratch", int(rest), cp.cuda.Device().id)
+    have = _CACHE.get(key)
+    if have is None or have.shape[0] < int(R):
+        _CACHE[key] = have = cp.full(int(R), rest, dtype=cp.int32)
+    return have
 
 
 _MAX_REST, _MIN_REST = -1, np.iinfo(np.int32).max
