@@ -24,9 +24,12 @@ from collections import defaultdict
 import numpy as np
 
 from bytemodel.compress import adapt as adapt_mod
-from bytemodel.compress import driver, mix3d
+from bytemodel.compress import driver, mix3d, mix3f
 from bytemodel.compress.adapt import Fresh, settings
 from bytemodel.decode import lockstep
+
+
+MIX = [None]     # --mix
 
 
 def _timed(table, name, fn, sync):
@@ -82,7 +85,7 @@ def lines(lm, raw: bytes, S: int, top: int) -> dict:
 def profile(lm, raw: bytes, S: int, graph: bool = True) -> dict:
     xp = lm.model.xp
     sync = (lambda: xp.cuda.Device().synchronize()) if xp is not np else (lambda: None)
-    a = settings(lm)
+    a = settings(lm, mix=MIX[0])
     driver.GPU_GRAPH = graph
     t0 = time.perf_counter()
     driver.compress(lm, raw, adapt=a, streams=S)
@@ -101,6 +104,10 @@ def profile(lm, raw: bytes, S: int, graph: bool = True) -> dict:
     patch(mix3d.ContextMix3D, "prepare", "mixer prepare")
     patch(mix3d.ContextMix3D, "predict", "mixer predict")
     patch(mix3d.ContextMix3D, "update", "mixer update")
+    patch(mix3f.ContextMix3F, "prepare", "mixer prepare")          # (ctx3f's own, not ctx3d's: no double count)
+    patch(mix3f.ContextMix3F, "predict", "mixer predict")
+    patch(mix3f.ContextMix3F, "update", "mixer update")
+    patch(mix3f.ContextMix3F, "frequencies", "quantise + copy")
     patch(driver, "_log_softmax64", "network log-softmax")
     patch(driver, "quantise", "quantise + copy")
     from bytemodel.ops import device_decoder
@@ -141,8 +148,10 @@ def main() -> None:
     ap.add_argument("--graph", default="on", help="on (the default path: the step as a CUDA graph where the "
                     "backend takes it), off (Lockstep launched from Python), or both")
     ap.add_argument("--lines", type=int, default=0, help="also the N costliest lines of the mixer (one more run)")
+    ap.add_argument("--mix", default=None, help="the mixer (default: settings' default, ctx3f on a GPU)")
     ap.add_argument("--json", default="")
     o = ap.parse_args()
+    MIX[0] = o.mix
     raw = open(o.file, "rb").read()
     raw = raw[:o.bytes] if o.bytes else raw
     lm = Fresh(o.preset, o.device, precision=o.precision)
@@ -150,7 +159,7 @@ def main() -> None:
     graphs = {"on": [True], "off": [False], "both": [True, False]}[o.graph]
     for S, g in [(int(s), g) for s in o.streams.split(",") for g in graphs]:
         r = profile(lm, raw, S, g)
-        r.update(preset=o.preset, precision=getattr(lm.model.ops, "precision", "fp32"), device=o.device)
+        r.update(mix=o.mix or "default", preset=o.preset, precision=getattr(lm.model.ops, "precision", "fp32"), device=o.device)
         rows.append(r)
         print(json.dumps(r), flush=True)
     for S in [int(s) for s in o.streams.split(",")] if o.lines else ():

@@ -80,7 +80,7 @@ def test_a_run_adapts_on_the_gpu(run_dir, precision, optimizer, lr):
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-@pytest.mark.parametrize("mix", ["ctx3d", "none"])
+@pytest.mark.parametrize("mix", ["ctx3f", "none"])
 def test_the_graphed_adapt_step_writes_the_launched_files(monkeypatch, precision, mix):
     # under --adapt the lanes' step runs as a CUDA graph whose captured weights are refreshed in
     # place after every update (driver._adapt_steppers); with GPU_GRAPH off, Lockstep launches it

@@ -86,6 +86,9 @@ def test_a_file_adapted_before_the_mixer_reads_as_unmixed():
     from bytemodel.compress import mix3d
     assert type(mix3d.mixer("ctx3d", [10], 256)) is mix3d.ContextMix3D
     assert type(mix3d.mixer("ctx3", [10], 256)) is M2.ContextMix3
+    from bytemodel.compress import mix3f
+    assert type(mix3f.mixer("ctx3f", [10], 256)) is mix3f.ContextMix3F
+    assert type(mix3f.mixer("ctx3d", [10], 256)) is mix3d.ContextMix3D
     old = {k: v for k, v in a.header().items() if k != "mix"}
     assert Adapt.from_header(old).mix == "none"
     with pytest.raises(ValueError):
@@ -175,7 +178,7 @@ def test_ctx2_a_fresh_start_gives_the_network_no_weight(fresh):
     assert np.allclose(d(z[0]), d(z[1])) == fresh
 
 
-@pytest.mark.parametrize("mix", ["ctx1", "ctx2", "ctx3", "ctx3d"])
+@pytest.mark.parametrize("mix", ["ctx1", "ctx2", "ctx3", "ctx3d", "ctx3f"])
 def test_each_mixer_round_trips_and_its_name_decides(mix):
     pytest.importorskip("constriction")
     from bytemodel import compress as bmz

@@ -2,7 +2,7 @@
 ctx3d (compress/mix3d.py) on CuPy against ctx3d on NumPy (which is ctx3): the integer state
 exact, the floats within rtol 1e-9 (the device's exp and log differ from the host's in the last
 bits; a few dozen steps of float64 updates keep that near 1e-13 in practice), two device runs the
-same bits; and `compress --adapt` on cuda names ctx3d by default and decodes. Skipped without
+same bits; and `compress --adapt` on cuda with ctx3d named decodes. Skipped without
 CuPy, a GPU or the coder (CI)."""
 from __future__ import annotations
 
@@ -142,8 +142,7 @@ def test_compress_adapt_on_cuda_mixes_on_the_device_and_decodes():
     small = dict(d_model=64, n_layers=2, n_heads=1, d_ff=128)
     text = (b"Counting learns at once; the second time a context occurs, its count predicts. " * 40)[:3000]
     lm = Fresh("tiny", "cuda", **small)
-    a = settings(lm, segment=8)
-    assert a.mix == "ctx3d"
+    a = settings(lm, segment=8, mix="ctx3d")     # (the default is ctx3f now: tests/test_mix3f_gpu.py)
     st = {}
     blob = bmz.compress(lm, text, adapt=a, streams=300, stats=st)
     assert bmz.read(blob)[0]["adapt"]["mix"] == "ctx3d"

@@ -112,8 +112,9 @@ def compress(
                                                 "updates (default 32)."),
     adapt_optimizer: Optional[str] = typer.Option(None, "--adapt-optimizer", help="adamw (default) or sgd."),
     adapt_mix: Optional[str] = typer.Option(None, "--adapt-mix", help="ctx3 (the CPU's default): the network mixed "
-                                            "with counts of the file's own contexts and matches; ctx3d (a GPU's default): "
-                                            "the same on the model's device; ctx2: ctx3, its steps unscaled past 256 "
+                                            "with counts of the file's own contexts and matches; ctx3f (a GPU's default): "
+                                            "the same in fused kernels on the model's device; ctx3d: the same as "
+                                            "CuPy calls (slower); ctx2: ctx3, its steps unscaled past 256 "
                                             "streams; ctx1: the first such mixer; none: the network alone."),
     adapt_stride: Optional[int] = typer.Option(None, "--adapt-stride", help="An update trains 1 stream in N "
                                                "(in turn), at 1/N of the cost (default: 8 from a fresh "

@@ -30,8 +30,10 @@ of the file's own contexts and matches before it is quantised (compress/mix2.py;
 with its steps scaled down past 256 streams, the same bits up to them; "ctx1", compress/mix.py, is
 the first mixer; older files name ctx1 or ctx2 and decode with it); "none" codes the network's
 prediction alone (what files from before the mixer did). Where the model computes off the host
-(a GPU) the default is "ctx3d" (compress/mix3d.py): ctx3's arithmetic on the model's device, its
-state never crossing to the host; with NumPy it is ctx3 bit for bit.
+(a GPU) the default is "ctx3f" (compress/mix3f.py): ctx3's arithmetic on the model's device in a few
+fused kernels, its state never crossing to the host; "ctx3d" (compress/mix3d.py, the same
+arithmetic as ~100 CuPy calls a step, the default before ctx3f) still decodes. With NumPy both are
+ctx3 bit for bit.
 
 GPU: the same update through the CUDA backend (the lockstep engine, one lane on the device; at
 fp16 / bf16 its step is one CUDA graph whose weights are refreshed after each update, the same bits
@@ -51,8 +53,9 @@ from ..errors import CompressError, ConfigError
 
 OPTIMIZERS = ("adamw", "sgd")
 MIX = "ctx3"                   # compress/mix2.NAME3: the mixer of new files
-MIX_DEVICE = "ctx3d"            # compress/mix3d.py: ctx3 on the model's device, the mixer of new files on a GPU
-MIXES = ("none", "ctx1", "ctx2", MIX, MIX_DEVICE)   # ctx1 (compress/mix.py), ctx2: files from before ctx3 still decode
+MIX_DEVICE = "ctx3f"            # compress/mix3f.py: ctx3 fused on the model's device, the mixer of new files on a GPU
+MIXES = ("none", "ctx1", "ctx2", MIX, "ctx3d", MIX_DEVICE)   # ctx1 (compress/mix.py), ctx2, ctx3d (compress/mix3d.py):
+                                                              # older files' mixers, which still decode
 FRESH_SEED = 0                 # the seed of a fresh model's weights (`--adapt --preset P` without a checkpoint)
 STRIDE_FRESH = 8               # a fresh model's updates train every 8th stream: 1/8 of the cost, and no larger
                                # (benchmarks/README.md, "Fewer streams per update")

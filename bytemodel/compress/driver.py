@@ -73,7 +73,7 @@ from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, chec
 from . import pipeline
 from .cpu_engine import CpuLockstep, Folded, Quantiser, check_reread, log_softmax_into
 from .adapt import Adapt, Adapter, check_gpu, check_start
-from .mix3d import mixer as make_mixer
+from .mix3f import mixer as make_mixer
 from .view import plan, rebuild
 from .layout import (CPU_MAX_LANE, CPU_WINDOW, ENGINES, FRESH_WINDOW, GPU_CODERS, LOCKSTEP_REREAD, adapt_streams,
                      default_lane, default_streams,
@@ -308,7 +308,8 @@ def _mixed(mixer, t: int, active: int, net, freqs, logp, A: int) -> None:
     with the file's counts (compress/mix2.py: the mixer the settings name)."""
     z = mixer.predict(t, active, net[:active])
     xp = mixer.xp
-    freqs[:active] = quantise(z, A, xp).astype(np.float32).get() if xp is not np else quantise(z, A)
+    f = mixer.frequencies(z)                                   # (on the mixer's device)
+    freqs[:active] = f.astype(np.float32, copy=False).get() if xp is not np else f
     if logp is not None:
         logp[:active, :A] = _log_softmax64(z, xp).get() if xp is not np else log_probs(z)
         logp[:active, A:] = -np.inf

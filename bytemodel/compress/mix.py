@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.scatter_ops import put_last
+from .coder import quantise
 
 NAME = "ctx1"                       # the container's name for this mixer and its constants
 CONTEXTS = ((1,), (1, 2), (1, 2, 3), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (2,), (3,), (2, 3), (1, 3), (4,), (1, 2, 4))
@@ -176,6 +177,11 @@ class ContextMix:
         z[hs, pred[hs]] += self.wm[lb[hs]]
         self._step = (t, active, X, rows, sel, pred, has, lb, z)
         return z
+
+    def frequencies(self, z):
+        """The coder's frequencies (active, A) of predict's logits z (compress/coder.quantise, on
+        self.xp; ctx3f's predict made them already)."""
+        return quantise(z, self.A, self.xp)
 
     def update(self, t: int, active: int, sym) -> None:
         """After step t: learn the coded tokens sym (active,) (predict(t, ...) came first)."""
