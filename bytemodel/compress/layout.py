@@ -50,7 +50,8 @@ ADAPT_MAX_STREAMS = 64       # --adapt: at most this many streams: fewer, longer
 GPU_ADAPT_STREAM = 2048      # --adapt on a GPU: tokens per stream at least ...
 GPU_ADAPT_MAX_STREAMS = 1024 # ... and at most this many streams: a GPU's step costs about the same at 64 rows as
                              # at 1,024, so wide steps are its speed (H200, small, 4 MB of English with ctx3d:
-                             # 1,024 streams 2.07 bits/byte at 39 KB/s; benchmarks/README.md, "ctx3d")
+                             # 1,024 streams 2.07 bits/byte at 39 KB/s; with ctx3f 292 KB/s: benchmarks/README.md,
+                             # "ctx3d", "ctx3f")
 
 
 def adapt_streams(n_tokens: int, device: str = "cpu") -> int:
