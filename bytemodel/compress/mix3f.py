@@ -88,23 +88,16 @@ class ContextMix3F(ContextMix3D):
         self._epoch = 0
         self._t = None
 
-    def _fresh_epoch(self):
+    def epoch(self) -> int:
+        """A fresh epoch for the kernels' winner slots (ops/cuda_mix.update takes three a step)."""
         self._epoch += 1
-        return np.uint64(self._epoch)
+        return self._epoch
 
     def prepare(self, t: int, active: int) -> None:
         if self.xp is np:
             return super().prepare(t, active)
         back, hm = self._keys(t, active)
-        k = self.ck.kernel("mix_prepare", self.K)
-        k((active,), (self.ck.THREADS,), (
-            back, np.int32(self.depth + 1), hm, np.int32(hm.shape[1]), self.kind, self.arg, self.offset,
-            np.int64(self.R), np.uint64(_P), self.word, self.prev_word, self.check, self.table, self.total,
-            self.c0, self.log_c, np.float64(ctx1.ALPHA * self.A), self.Ws, self.base, self.Wc,
-            np.int32(self.CHAIN), np.int32(ctx1.N_BUCKETS), np.int32(CONF_BUCKETS),
-            self.mptr, self.mlen, self.hist, np.int32(MAX_LEN), np.int64(self.A),
-            self._X, self._W, self._rows, self._chk, self._bad, self._sel, self._order, self._cls,
-            self._pred, self._has, self._lb))
+        self.ck.prepare(self, back, hm, _constants())
         self._ready = (t, active)
 
     def predict(self, t: int, active: int, net):
@@ -116,9 +109,7 @@ class ContextMix3F(ContextMix3D):
         net = xp.ascontiguousarray(net, dtype=np.float64)
         if net.shape != (active, self.A):
             raise ValueError(f"ctx3f: net must be ({active}, {self.A}), got {net.shape}")
-        self.ck.kernel("mix_predict", self.K)((active,), (self.ck.THREADS,), (
-            net, self._X, self._W, self.V, self._order, self._pred, self._has, self._lb, self.wm,
-            np.int64(self.A), np.int64(TOTAL), self._zs, self._z, self._p, self._freqs))
+        self.ck.predict(self, net, active, _constants())
         self._ready, self._t = None, (t, active)
         return self._z[:active]
 
@@ -133,35 +124,13 @@ class ContextMix3F(ContextMix3D):
         if xp is np:
             return super().update(t, active, sym)
         assert self._t == (t, active), "update follows the predict of the same step"
-        ck, K, A, f = self.ck, self.K, self.A, self._rate(active)
+        f = self._rate(active)
         sym = xp.ascontiguousarray(xp.asarray(sym, dtype=np.int64))
-        ck.kernel("mix_grad", K)((active,), (ck.THREADS,), (
-            self._X, self._zs, self._p, sym, self._pred, self._has, np.int64(A),
-            self._g, self._gv, self._gm, self._gc))
-        nV, nWs, conf2, nwm = self.V.shape[0], self.Ws.shape[0], 2 * CONF_BUCKETS, self.wm.shape[0]
-        warps = nV + nWs + K * conf2 + nwm
-        ck.kernel("mix_apply", K)(*ck.blocks(32 * warps), (
-            np.int64(active), self._order, self._sel, self._cls, self._lb, self._has,
-            self._g, self._gv, self._gm, self._gc, self.V, np.int64(nV), self.Ws, np.int64(nWs),
-            self.Wc, np.int32(conf2), self.wm, np.int64(nwm),
-            np.float64(LR_FINAL * f), np.float64(LR * f), np.float64(LR_CONF * f), np.float64(4 * LR * f)))
-        n = active * K
-        e = self._fresh_epoch()
-        ck.kernel("mix_claim", K)(*ck.blocks(n), (self._rows, self._bad, np.int64(n), self.table, self.total,
-                                                  self._scr, e, np.int64(A)))
-        ck.kernel("mix_own", K)(*ck.blocks(n), (self._rows, self._chk, self._bad, np.int64(n), self.check,
-                                                self._scr, e))
-        ck.kernel("mix_count", K)(*ck.blocks(n), (self._rows, self._chk, sym, np.int64(n), self.check,
-                                                  self.table, self.total, np.int64(A)))
-        ck.kernel("mix_halve", K)(*ck.blocks(n), (self._rows, self._chk, np.int64(n), self.check, self.table,
-                                                  self.total, self._scr, self._fresh_epoch(),
-                                                  np.int64(mix3d.LIMIT), np.int64(A)))
-        e = self._fresh_epoch()
-        ck.kernel("mix_advance", K)(*ck.blocks(active), (
-            sym, np.int64(active), np.int64(t), np.int64(self.row_len), self.hist, self.c0, self.wordish,
-            self.word, self.prev_word, self._pred, self._has, self.mlen, self.mptr, self.mtab, self._slot,
-            self._mscr, e, np.uint64(_P), np.int32(MATCH_MIN), np.uint64((1 << MATCH_BITS) - 1)))
-        if t + 1 >= MATCH_MIN:
-            ck.kernel("mix_put", K)(*ck.blocks(active), (self._slot, np.int64(active), np.int64(t),
-                                                         np.int64(self.row_len), self.mtab, self._mscr, e))
+        self.ck.update(self, t, active, sym, (LR_FINAL * f, LR * f, LR_CONF * f, 4 * LR * f), _constants())
         self._t = self._step = self._ready = None
+
+
+def _constants() -> dict:
+    """The format's constants the kernels take (LIMIT read at each call: a test may lower it)."""
+    return dict(P=_P, alpha=ctx1.ALPHA, n_buckets=ctx1.N_BUCKETS, conf_buckets=CONF_BUCKETS, max_len=MAX_LEN,
+                total=TOTAL, limit=mix3d.LIMIT, match_min=MATCH_MIN, match_bits=MATCH_BITS)
