@@ -40,36 +40,25 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;                                            // lane 0's is the sum
 }
 
-// The sum over the block of each thread's v, the same value to every thread (sh: WARPS doubles).
-__device__ double block_sum(double v, double* sh) {
-    v = warp_sum(v);
+struct Sum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct Max { __device__ double operator()(double a, double b) const { return fmax(a, b); } };
+
+// op over the block of each thread's v, the same value to every thread (sh: WARPS slots): a shuffle
+// tree in each warp, then the warps in order, so a float sum is the same bits every run.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T* sh, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
     __syncthreads();
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < WARPS; ++w) t += sh[w];
+    T t = sh[0];
+    for (int w = 1; w < WARPS; ++w) t = op(t, sh[w]);
     return t;
 }
 
-__device__ double block_max(double v, double* sh) {
-    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double t = sh[0];
-    for (int w = 1; w < WARPS; ++w) t = fmax(t, sh[w]);
-    return t;
-}
-
-__device__ i64 block_sum_i64(i64 v, i64* sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    i64 t = 0;
-    for (int w = 0; w < WARPS; ++w) t += sh[w];
-    return t;
-}
+__device__ double block_sum(double v, double* sh) { return block_reduce(v, sh, Sum()); }
+__device__ double block_max(double v, double* sh) { return block_reduce(v, sh, Max()); }
+__device__ i64 block_sum_i64(i64 v, i64* sh) { return block_reduce(v, sh, Sum()); }
 
 // floor(log2(x)) of an integer-valued double x >= 1 (ctx3d's frexp), exactly.
 __device__ __forceinline__ int floor_log2(double x) { return 63 - __clzll((i64)x); }
