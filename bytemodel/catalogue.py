@@ -7,7 +7,9 @@ suits it, its licence, and its sources in the order they are tried:
 - ``shipped``: a file shipped beside the catalogue (datasets/); public-domain samples only.
 - ``debian``:  files of an installed Debian package, each with its SHA-256; or the files matching
                ``glob`` under ``base`` (symlinks skipped; ``**`` spans folders) with a ``count`` and a ``tree_sha256``
-               (SHA-256 of the sorted lines "<path relative to base> <sha256 of the file>\\n").
+               (SHA-256 of the sorted lines "<path relative to base> <sha256 of the file>\\n"); ``also``
+               may list other package versions' trees ({version, count, tree_sha256}) that are
+               accepted too (a Debian point release that changed a file), each checksummed whole.
 - ``local``:   a file every Linux machine has (e.g. an ELF executable); machine-specific, so it
                has no checksum and is copied as found.
 - ``derived``: made from another dataset by a fixed recipe (``zstd-19``: compress its first file
@@ -139,11 +141,14 @@ def _from_glob(source: dict) -> dict[str, Path]:
     pkg = source["package"]
     if not files:
         raise _Skip(f"install the Debian package {pkg} (apt-get install {pkg})")
-    sums = {rel: sha256_file(p) for rel, p in files.items()}
-    if len(files) != source["count"] or tree_sha256(sums) != source["tree_sha256"]:
-        raise _Skip(f"files of {pkg} ({len(files)} found, {source['count']} expected) differ from the "
-                    f"catalogue (another package version?)")
-    return files
+    trees = [(source["count"], source["tree_sha256"])] + [(t["count"], t["tree_sha256"]) for t in source.get("also", [])]
+    if len(files) in {n for n, _ in trees}:
+        tree = tree_sha256({rel: sha256_file(p) for rel, p in files.items()})
+        if (len(files), tree) in trees:
+            return files
+    counts = " or ".join(str(n) for n in dict.fromkeys(n for n, _ in trees))
+    raise _Skip(f"files of {pkg} ({len(files)} found, {counts} expected) differ from the catalogue "
+                f"(another package version?)")
 
 
 def _from_url(source: dict, work: Path, download: bool) -> dict[str, Path]:

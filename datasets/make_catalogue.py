@@ -17,6 +17,24 @@ def globsrc(pkg, base, pattern):
     return {"kind": "debian", "package": pkg, "base": base, "glob": pattern, "count": len(fs),
             "tree_sha256": tree_sha256({r: sha256_file(p) for r, p in fs.items()})}
 
+# linux-doc-6.1's Documentation trees known to us, by package version (the catalogue's first is
+# the one its figures were measured on; bookworm's mirror later served 6.1.176-1, one file more)
+LINUX_DOCS_TREES = [
+    {"version": "6.1.192-3", "count": 3183, "tree_sha256": "310189f360a1d79af1a178ce121985fa7947a66778ca8ea4c4df87a9545c3cb3"},
+    {"version": "6.1.176-1", "count": 3184, "tree_sha256": "bea4d091464fc2091929f0643b2a47f65913cdd7241039ac1ec6ca785082d6cd"},
+]
+
+
+def linux_docs_src():
+    """The linux-docs source: the first known tree, the others accepted too (`also`); the
+    installed package's tree must be one of them."""
+    here = globsrc("linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/Documentation", "**/*.rst.gz")
+    known = {(t["count"], t["tree_sha256"]) for t in LINUX_DOCS_TREES}
+    assert (here["count"], here["tree_sha256"]) in known, "an unknown linux-doc-6.1 tree: add it to LINUX_DOCS_TREES"
+    first, *rest = LINUX_DOCS_TREES
+    return {**here, "count": first["count"], "tree_sha256": first["tree_sha256"], "version": first["version"],
+            "also": rest}
+
 DATA = Path(__file__).resolve().parent  # the catalogue and the shipped samples
 lam = DATA / "lambda_virus.fa"
 klebs = sorted(Path("/usr/share/doc/kleborate/examples/data").glob("*.fna.xz"))
@@ -83,7 +101,7 @@ D.append(dict(name="linux-docs", type="text", reader="text",
               "English technical prose, each gzip-compressed) from Debian's linux-doc-6.1 6.1.192-3; "
               "the held-out tail of a run is its last files in path order",
   size="24.2 MB",
-  sources=[globsrc("linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/Documentation", "**/*.rst.gz")]))
+  sources=[linux_docs_src()]))
 D.append(dict(name="elf-ls", type="binary", reader="raw",
   licence="GPL-3+",
   description="the ELF executable /usr/bin/ls of this machine (no checksum: it differs per build)", size="0.14 MB",
