@@ -153,8 +153,8 @@ class TrainConfig:
                                # weights at each validation plateau (training/plateau.py; benchmarks/
                                # README.md, "The plateau schedule"), or cosine to the plan's end; a
                                # checkpoint without it ran cosine
-    dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by training
-                               # bytes and device (training/autoconf.py)
+    dropout: float = -1.0      # the model's dropout (ModelConfig.dropout); -1: auto, by the passes
+                               # the run plans (training/autoconf.py; a time budget at its plan step)
     dropout_attn: float = -1.0  # ModelConfig.dropout_attn; -1: auto for a new run (autoconf.auto_dropout_attn),
                                 # a fine-tune keeps its parent's
     minutes: float = 0.0       # time budget; > 0 plans `steps` from the measured step time (training/budget.py)

@@ -12,6 +12,32 @@ FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=5
 
 
 @pytest.fixture
+def step_clock(monkeypatch):
+    """A fake clock for time budgets: every training step takes exactly 0.1 s, validations and
+    saves none (training/budget.py and training/loop.py read it)."""
+    from bytemodel.training import budget
+
+    class Clock:
+        t = 100.0
+
+        def perf_counter(self):
+            return self.t
+
+        def time(self):
+            return 1.7e9 + self.t
+    clock = Clock()
+    monkeypatch.setattr(budget, "time", clock)
+    monkeypatch.setattr("bytemodel.training.loop.time", clock)
+    real_mark = budget.Budget.mark
+
+    def mark(self, step):
+        clock.t += 0.1
+        real_mark(self, step)
+    monkeypatch.setattr(budget.Budget, "mark", mark)
+    return clock
+
+
+@pytest.fixture
 def fast_settings():
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in FAST.items()}
 

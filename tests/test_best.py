@@ -67,27 +67,9 @@ def test_patience_zero_runs_to_the_end_and_resume_keeps_the_best(tmp_path, rando
         assert (tmp_path / "run" / ck.BEST_NAME).read_bytes() == best_before
 
 
-def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file, fast_settings, monkeypatch):
+def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file, fast_settings, step_clock):
     """A fake clock makes every step take exactly 0.1 s: a 6 s budget, planned at step 10 (after
     1 s) from the steps 5..10, leaves about 5 s / 0.1 s = 50 more steps."""
-    from bytemodel.training import budget
-
-    class Clock:
-        t = 100.0
-
-        def perf_counter(self):
-            return self.t
-        def time(self):
-            return 1.7e9 + self.t
-    clock = Clock()
-    monkeypatch.setattr(budget, "time", clock)
-    monkeypatch.setattr("bytemodel.training.loop.time", clock)     # validations take no time on it
-    real_mark = budget.Budget.mark
-
-    def mark(self, step):
-        clock.t += 0.1
-        real_mark(self, step)
-    monkeypatch.setattr(budget.Budget, "mark", mark)
     s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
     r = bytemodel.train(dna_file, tmp_path / "b", minutes=0.1, **s)
     planned = ck.load(r.checkpoint).train["loop"]["planned_steps"]   # the run's own decision, not a setting

@@ -224,18 +224,51 @@ def test_cli_dropout_flag(tmp_path, dna_file):
 
 
 def test_auto_dropout_rule():
+    """--dropout auto by the passes a run plans: from DROPOUT_PASSES on, 0.2 / 0.2; a --steps run
+    decides in resolve, a time budget's stays auto (-1) for its plan step; given values are kept."""
     from bytemodel.config import TrainConfig
-    from bytemodel.training.autoconf import auto_dropout, auto_dropout_attn, resolve
-    assert auto_dropout(1_000_000, "cuda") == 0.2 and auto_dropout(20_000_000, "cuda") == 0.0
-    assert auto_dropout(1_000_000, "cpu") == 0.0
-    assert auto_dropout_attn(1_000_000, "cuda") == 0.2 and auto_dropout_attn(20_000_000, "cuda") == 0.0
-    assert auto_dropout_attn(1_000_000, "cpu") == 0.0
-    tc = TrainConfig(source="x", dropout=-1, precision="bf16")   # precision given: no GPU asked
-    resolve(tc, "cuda", 1_000_000)
+    from bytemodel.training.autoconf import (DROPOUT_PASSES, auto_dropout, auto_dropout_attn, dropout_at_plan,
+                                             planned_passes, resolve)
+    assert planned_passes(100, 32, 1024, 3_276_800) == 1.0
+    assert auto_dropout(DROPOUT_PASSES) == 0.2 and auto_dropout(DROPOUT_PASSES - 0.01) == 0.0
+    assert auto_dropout_attn(DROPOUT_PASSES) == 0.2 and auto_dropout_attn(3.9) == 0.0
+    bf16 = dict(source="x", precision="bf16", preset="small", steps=1000)   # precision given: no GPU asked
+    tc = TrainConfig(**bf16)            # 1000 steps x 32 x 512 tokens over 1M tokens: 16 passes
+    resolve(tc, "cuda", 1_000_000, train_tokens=1_000_000)
     assert (tc.dropout, tc.dropout_attn) == (0.2, 0.2)
-    tc = TrainConfig(source="x", dropout=0.3, dropout_attn=0.05, precision="bf16")   # given: kept
-    resolve(tc, "cuda", 1_000_000)
-    assert (tc.dropout, tc.dropout_attn) == (0.3, 0.05)
-    tc = TrainConfig(source="x", dropout=-1, precision="bf16")
-    resolve(tc, "cuda", 30_000_000)
+    tc = TrainConfig(**bf16)            # over 4M tokens: 4.1 passes
+    resolve(tc, "cuda", 4_000_000, train_tokens=4_000_000)
     assert (tc.dropout, tc.dropout_attn) == (0.0, 0.0)
+    tc = TrainConfig(**bf16, dropout=0.3, dropout_attn=0.05)   # given: kept
+    resolve(tc, "cuda", 1_000_000, train_tokens=1_000_000)
+    assert (tc.dropout, tc.dropout_attn) == (0.3, 0.05)
+    tc = TrainConfig(**bf16, minutes=5, dropout_attn=0.1)   # a budget: the dropout waits for the plan
+    resolve(tc, "cuda", 1_000_000, train_tokens=1_000_000)
+    assert (tc.dropout, tc.dropout_attn) == (-1, 0.1)
+    assert dropout_at_plan(tc, 1000, 512, 1_000_000) == (0.2, None)
+    assert dropout_at_plan(tc, 100, 512, 1_000_000) == (0.0, None)
+    child = TrainConfig(**{**bf16, "minutes": 5, "parent": "runs/p"})   # a fine-tune keeps its parent's
+    assert dropout_at_plan(child, 1000, 512, 1_000_000) == (None, None)
+
+
+def test_time_budget_decides_the_dropout_at_its_plan(tmp_path, dna_file, fast_settings, step_clock):
+    """A 6 s budget on the fake clock (0.1 s a step) plans ~60 steps of 4 x 32 tokens over the
+    toy file's ~5.4k training tokens: ~1.4 passes, so no dropout; a 30 s budget plans ~300 steps,
+    ~7 passes: 0.2 / 0.2 from the plan on, recorded in the checkpoint, and kept on a resume
+    after the plan (not decided again)."""
+    import bytemodel
+    from bytemodel import checkpoint as ck
+    s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
+    short = bytemodel.train(dna_file, tmp_path / "a", minutes=0.1, **s)
+    assert ck.load(short.checkpoint).cfg.dropout == 0.0
+    lines = []
+    part = bytemodel.train(dna_file, tmp_path / "b", minutes=0.5, stop_at=15, log=lines.append, **s)
+    st = ck.load(part.checkpoint)
+    assert st.train["budget_planned"] and (st.cfg.dropout, st.cfg.dropout_attn) == (0.2, 0.2)
+    assert st.train["config"]["dropout"] == -1                    # the setting stays auto
+    assert "dropout auto (by the passes planned)" in lines[0]
+    assert any(x.startswith("dropout auto: 7.") and "dropout 0.2, attention dropout 0.2 from step 11" in x
+               for x in lines), lines
+    resumed = bytemodel.train(None, tmp_path / "b", resume=True)
+    end = ck.load(resumed.checkpoint)
+    assert resumed.step == st.train["loop"]["planned_steps"] and (end.cfg.dropout, end.cfg.dropout_attn) == (0.2, 0.2)

@@ -70,37 +70,44 @@ def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
     return pick
 
 
-DROPOUT_SMALL_DATA = 4_000_000   # training bytes up to which a GPU run drops (see auto_dropout)
-DROPOUT_SMALL = 0.2
-DROPOUT_ATTN_SMALL = 0.2
+DROPOUT_PASSES = 5.0   # planned passes over the training tokens from which a run drops (auto_dropout)
+DROPOUT = 0.2          # the residual branches' and the embedding's drop probability where it drops
+DROPOUT_ATTN = 0.2     # the attention probabilities'
 
 
-def auto_dropout(train_bytes: int, device: str) -> float:
-    """The dropout `--dropout auto` picks for `train_bytes` of training data on `device`.
-
-    From the H200 sweeps at equal time (benchmarks/README.md, "Dropout" and "Held-out photos and
-    speech, and stronger dropout"): data small enough to be seen tens of times over in a few
-    minutes (the shipped genome with its reverse strand, 2.1 MB; three minutes of 16-bit speech,
-    2.8 MB) over-fits without it. 0.1 first (1.07 MB of DNA, 1 minute: 1.8098 against 1.8122
-    without); then, in one call, 5 minutes on the sample: 0.1 1.7981, 0.2 with attention dropout
-    0.1 1.7906, 0.2 with 0.2 **1.7865**; on held-out speech the bits of 0.1 fell by 4.9% with
-    0.3 / 0.1 in the same call, and 0.2 / 0.2 in the next call spent 3.9% fewer than 0.1 had.
-    On 21.7 MB of English (base, under half a pass in a minute) every dropout cost: +0.039 (0.1),
-    +0.055 (0.2); at 6 minutes alone (6 passes) 0.2 / 0.2 was best (1.1568, against 1.1893 for
-    0.1 / 0 and 1.1710 for 0.3 / 0.2), but on the 18 MB four-genome split at 3.9 passes 0.2 / 0.2
-    cost 0.025 bits/base ("English, the four-genome split and speech under --adapt"): where
-    dropout pays at 18-22 MB depends on the budget's passes and the data's kind, which this rule
-    does not see. So: DROPOUT_SMALL on a GPU up to DROPOUT_SMALL_DATA (between 4 and 18 MB
-    nothing was measured; 0 is the behaviour before), 0 otherwise; 0 on the CPU, whose runs see
-    their data a few times at most."""
-    if device != "cpu" and train_bytes <= DROPOUT_SMALL_DATA:
-        return DROPOUT_SMALL
-    return 0.0
+def planned_passes(steps: int, batch_size: int, context: int, train_tokens: int) -> float:
+    """How many times a run of `steps` steps of `batch_size` windows of `context` tokens reads its
+    `train_tokens` training tokens."""
+    return steps * batch_size * context / max(train_tokens, 1)
 
 
-def auto_dropout_attn(train_bytes: int, device: str) -> float:
-    """`--dropout-attn auto`: DROPOUT_ATTN_SMALL where auto_dropout drops (the same sweeps), else 0."""
-    return DROPOUT_ATTN_SMALL if auto_dropout(train_bytes, device) > 0 else 0.0
+def auto_dropout(passes: float) -> float:
+    """The dropout `--dropout auto` picks for a run that plans to read its training data `passes`
+    times: DROPOUT from DROPOUT_PASSES passes on, else 0. A time-budget run knows its passes at
+    the plan step (training/budget.py), so its dropout is 0 through the warmup and is decided
+    there (training/loop.py); a run of --steps N knows them before its first step.
+
+    From the H200 sweeps at equal time (benchmarks/README.md, "Dropout", "Held-out photos and
+    speech, and stronger dropout" and "English, the four-genome split and speech"), by the passes
+    each run made:
+    - tens of passes (the shipped genome with its reverse strand, 2.1 MB, ~50 passes at small in
+      5 minutes; three minutes of 16-bit speech, 2.8 MB): over-fits without it. On the sample 0.1
+      1.7981, 0.2 with attention dropout 0.1 1.7906, 0.2 / 0.2 **1.7865**; on held-out speech
+      0.2 / 0.2 spent 3.9% fewer bits than 0.1;
+    - 6 passes (21.7 MB of English, base, 6 minutes alone): 0.2 / 0.2 **1.1568**, 0.1 / 0 1.1893,
+      0.3 / 0.2 1.1710; validation rose past pass 6 even so;
+    - 3.9 passes (the 18 MB four-genome split, base, 5 minutes): 0.2 / 0.2 cost 0.025 bits/base
+      against none, both still improving at the end;
+    - under one pass (English in a minute; ten photos, 86 MB, 1.2 passes): every dropout cost
+      (English +0.039 at 0.1, +0.055 at 0.2).
+    So the line lies between 3.9 and 6 passes; DROPOUT_PASSES = 5 (between them nothing was
+    measured). On the CPU a run reads its data a few times at most, so this rarely drops there."""
+    return DROPOUT if passes >= DROPOUT_PASSES else 0.0
+
+
+def auto_dropout_attn(passes: float) -> float:
+    """`--dropout-attn auto`: DROPOUT_ATTN where auto_dropout drops (the same sweeps), else 0."""
+    return DROPOUT_ATTN if auto_dropout(passes) > 0 else 0.0
 
 
 AUTO_TILE = 32             # the image tile side a run takes when its images' rows outrun its context
@@ -150,16 +157,16 @@ def auto_precision(device: str, capability: tuple[int, int] | None = None) -> st
     return "bf16" if capability >= (8, 0) else "fp16"
 
 
-def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> None:
-    """Fill the auto fields of the draft settings `tc` in place (before prepare freezes them)."""
+def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
+            train_tokens: int | None = None) -> None:
+    """Fill the auto fields of the draft settings `tc` in place (before prepare freezes them).
+    The dropouts of a fresh run (train_tokens given) of --steps N are decided here; those of a
+    time-budget run stay -1 (auto) until its plan step (dropout_at_plan); a fine-tune (no size
+    here) keeps its parent's."""
     if tc.preset == "auto":
         if train_bytes is None:
             raise ConfigError("--preset auto needs the corpus size")
         tc.preset = auto_preset(train_bytes, device, cores)
-    if tc.dropout == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
-        tc.dropout = auto_dropout(train_bytes, device)
-    if tc.dropout_attn == -1 and train_bytes is not None:   # a fine-tune (no size here) keeps its parent's
-        tc.dropout_attn = auto_dropout_attn(train_bytes, device)
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
     d = PRESET_TRAIN[tc.preset]
@@ -175,3 +182,19 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1) -> 
         tc.eval_tokens = CPU_EVAL_TOKENS if device == "cpu" else GPU_EVAL_TOKENS
     if tc.precision == "auto":
         tc.precision = auto_precision(device)
+    if train_tokens is not None and tc.minutes <= 0:
+        passes = planned_passes(tc.steps, tc.batch_size, tc.context or PRESETS[tc.preset]["context"], train_tokens)
+        if tc.dropout == -1:
+            tc.dropout = auto_dropout(passes)
+        if tc.dropout_attn == -1:
+            tc.dropout_attn = auto_dropout_attn(passes)
+
+
+def dropout_at_plan(tc, planned: int, context: int, train_tokens: int) -> tuple[float | None, float | None]:
+    """A fresh time-budget run's dropouts once its plan is made: (dropout, attention dropout), each
+    None where the run's settings gave it (or it is a fine-tune's, the parent's)."""
+    if tc.parent or tc.minutes <= 0:
+        return None, None
+    passes = planned_passes(planned, tc.batch_size, context, train_tokens)
+    return (auto_dropout(passes) if tc.dropout == -1 else None,
+            auto_dropout_attn(passes) if tc.dropout_attn == -1 else None)

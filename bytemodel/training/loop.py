@@ -36,6 +36,7 @@ from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
 from ..validation import note_ignored_on_resume
 from . import distributed, plateau
 from .runner import Runner
+from .autoconf import DROPOUT_PASSES, dropout_at_plan, planned_passes
 from .budget import Budget
 from .optim import LossScaler, extend_schedule, lr_at
 from .prepare import Run, next_run_dir, prepare_ranks
@@ -472,6 +473,14 @@ class Loop:
         self.bar.set_total(st.planned)
         self.log(f"time budget {self.tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
                  f"validation+save measured; {st.planned} steps planned")
+        p, pa = dropout_at_plan(self.tc, st.planned, self.T, len(self.corpus.train))
+        if p is not None or pa is not None:   # auto: by the passes planned (autoconf.auto_dropout)
+            self.cfg.dropout = self.cfg.dropout if p is None else p
+            self.cfg.dropout_attn = self.cfg.dropout_attn if pa is None else pa
+            passes = planned_passes(st.planned, self.tc.batch_size, self.T, len(self.corpus.train))
+            self.log(f"dropout auto: {passes:.1f} passes planned over the training tokens; dropout "
+                     f"{self.cfg.dropout:g}, attention dropout {self.cfg.dropout_attn:g} from step {st.step + 1} "
+                     f"(at least {DROPOUT_PASSES:g} passes drop)")
 
     # ------------------------------------------------------------------ records
     def train_state(self) -> dict:
@@ -530,6 +539,8 @@ class Loop:
                      + (f"time budget {tc.minutes:g} min" if self.budget.enabled else f"{st.planned} steps")
                      + (f", patience {tc.patience}" if tc.patience else "")
                      + (", plateau schedule" if tc.schedule == "plateau" else "")
+                     + (", dropout auto (by the passes planned)" if -1 in (tc.dropout, tc.dropout_attn)
+                        and tc.minutes > 0 and not tc.parent else "")
                      + (f", dropout {cfg.dropout:g}" if cfg.dropout else "")
                      + (f", attention dropout {cfg.dropout_attn:g}" if cfg.dropout_attn else ""))
         else:

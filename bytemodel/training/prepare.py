@@ -199,11 +199,12 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
             notes += ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
-    resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores())
+    resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train))
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
-    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": tc.dropout,
-                                                    "dropout_attn": tc.dropout_attn})
+    # a time budget's auto dropouts (still -1) are 0 until its plan step decides them (training/loop.py)
+    cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": max(tc.dropout, 0.0),
+                                                    "dropout_attn": max(tc.dropout_attn, 0.0)})
     run = _finish(tc, run_dir, tok, corpus, cfg)
     return dataclasses.replace(run, notes=notes + run.notes) if notes else run
 
