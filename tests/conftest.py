@@ -19,6 +19,7 @@ def step_clock(monkeypatch):
 
     class Clock:
         t = 100.0
+        step = 0.1    # seconds a step takes (a test may change it mid-run)
 
         def perf_counter(self):
             return self.t
@@ -31,7 +32,7 @@ def step_clock(monkeypatch):
     real_mark = budget.Budget.mark
 
     def mark(self, step):
-        clock.t += 0.1
+        clock.t += clock.step
         real_mark(self, step)
     monkeypatch.setattr(budget.Budget, "mark", mark)
     return clock

@@ -272,3 +272,26 @@ def test_time_budget_decides_the_dropout_at_its_plan(tmp_path, dna_file, fast_se
     resumed = bytemodel.train(None, tmp_path / "b", resume=True)
     end = ck.load(resumed.checkpoint)
     assert resumed.step == st.train["loop"]["planned_steps"] and (end.cfg.dropout, end.cfg.dropout_attn) == (0.2, 0.2)
+
+
+def test_a_budget_plans_again_once_its_dropout_makes_the_steps_dearer(tmp_path, dna_file, fast_settings,
+                                                                     step_clock, monkeypatch):
+    """30 s on the fake clock, planned at step 10 at 0.1 s a step: 300 steps, ~7 passes, so dropout
+    comes on; from then on a step takes 0.2 s. The validation at step 40 (>= REPLAN_STEPS after the
+    plan) plans again: 7 s used, 23 s / 0.2 s left, so 155 steps, which the run finishes within
+    its budget. With the first plan only it would run out of time at ~170 of 300."""
+    import bytemodel
+    from bytemodel import checkpoint as ck
+    from bytemodel.training.loop import Loop
+    real = Loop._plan
+
+    def plan(self, spent):
+        real(self, spent)
+        step_clock.step = 0.2 if self.cfg.dropout else 0.1
+    monkeypatch.setattr(Loop, "_plan", plan)
+    lines = []
+    s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 20, "patience": 0}
+    r = bytemodel.train(dna_file, tmp_path / "a", minutes=0.5, log=lines.append, **s)
+    planned = ck.load(r.checkpoint).train["loop"]["planned_steps"]
+    assert planned in (154, 155, 156) and r.step == planned and "finished" in r.stop_reason, (planned, r.stop_reason)
+    assert any("300 steps planned" in x for x in lines) and any("with dropout: 200.0 ms/step" in x for x in lines), lines

@@ -17,6 +17,7 @@ from bytemodel.training.optim import lr_at
 
 OVERFIT = dict(preset="tiny", context=32, batch_size=8, eval_every=5, eval_tokens=0, warmup=5, lr=1e-2,
                workers=1, val_fraction=0.2, patience=3, plot=False, baseline=False, schedule="plateau",
+               dropout=0.0, dropout_attn=0.0,   # ~10 passes would drop by default (autoconf.auto_dropout)
                model={"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64})
 STEPS = 75   # cuts after steps 40 and 55 (back to 30 and 45), patience at the floor at 70: ~5 s on 2 idle cores
 

@@ -12,6 +12,14 @@ The total is the loop's own state (LoopState.planned, training/loop.py), not a s
 into every checkpoint: a resumed run continues to the same total on the same schedule. Until the plan is made the cosine
 has not started (the learning rate is the warmup's, then the peak), so nothing depends on it yet.
 If the run is slower than planned (a busy machine), it stops at OVERRUN x the budget all the same.
+
+A run whose steps get dearer after the plan (`--dropout auto` turns dropout on there: on the
+H200 at base 51.6 ms a step was measured without it, ~60 with it, and the first English run so
+planned used its budget up at step 5,962 of 6,209, before its schedule's end) plans once more
+at its first validation at least REPLAN_STEPS steps later, from the steps since the plan
+(training/loop.py, Loop._replan). The total then moves by a few percent while the cosine has
+hardly begun. A run killed between the two plans and resumed keeps the first (its steps are
+timed again only at a plan), and stops at OVERRUN x the budget if that was short.
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ import time
 
 MIN_PLAN_STEP = 10   # plan no earlier than this, so that at least 5 steps are timed
 OVERRUN = 1.1        # stop anyway once this multiple of the budget has passed
+REPLAN_STEPS = 20    # a second plan times at least this many steps after the first
 
 
 class Budget:
@@ -52,6 +61,11 @@ class Budget:
         if a is None or b is None or plan_step <= lo:
             return float("nan")
         return (b - a) / (plan_step - lo)
+
+    def seconds_since(self, a: int, b: int) -> float:
+        """Training seconds per step over steps a+1..b (nan where either is not marked)."""
+        ta, tb = self._marks.get(a), self._marks.get(b)
+        return (tb - ta) / (b - a) if ta is not None and tb is not None and b > a else float("nan")
 
     def plan(self, step: int, step_s: float, boundary_s: float, eval_every: int) -> int:
         """The total step count that fits the rest of the budget."""

@@ -37,7 +37,8 @@ from ..validation import note_ignored_on_resume
 from . import distributed, plateau
 from .runner import Runner
 from .autoconf import DROPOUT_PASSES, dropout_at_plan, planned_passes
-from .budget import Budget
+from .budget import REPLAN_STEPS, Budget
+from .saver import Saver
 from .optim import LossScaler, extend_schedule, lr_at
 from .prepare import Run, next_run_dir, prepare_ranks
 from .progress import Progress
@@ -205,6 +206,14 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             lock.release()
 
 
+def _snapshot(host, source):
+    """`host` (a host copy of the array `source`) as an array the next steps will not change:
+    on the NumPy backend to_numpy is `source` itself, updated in place, so it is copied."""
+    if host is not None and isinstance(source, np.ndarray) and np.shares_memory(host, source):
+        return host.copy()
+    return host
+
+
 class Loop:
     """One run's training: the model on its backend, the runner over threads and ranks, the
     optimizer, and what the run decides as it goes (self.state, a LoopState).
@@ -236,6 +245,7 @@ class Loop:
         self.state.val_bpb, self.state.val_se = saved.get("val_bpb"), saved.get("val_se")
         self.plan_at = (self.budget.plan_step(tc.warmup, self.state.step)
                         if self.budget.enabled and not self.budget.planned else None)
+        self.replan_from = None      # the plan's step, when its dropout makes the steps dearer (_replan)
         self.watch = Watch.from_state(saved.get("watch"), tc.patience)
         self.best_host = None        # the plateau schedule's copy of the best weights (host, flat)
         self.T = cfg.context
@@ -247,6 +257,7 @@ class Loop:
         self.history, self.warnings = [], []
         self.start = self.state.step
         self.saves = {"at": 0.0, "cost": 0.0}
+        self.saver = Saver()    # the checkpoint writes, beside the training (training/saver.py)
         self.t_last, self.tok_since = time.perf_counter(), 0
         self.bar = None
 
@@ -328,13 +339,17 @@ class Loop:
                         pending = launched
                     if at_plan:
                         self._plan(spent)
+                    elif boundary and self.replan_from is not None and st.step - self.replan_from >= REPLAN_STEPS:
+                        self._replan(spent)
                     if st.stop_reason:                # decided at the boundary, saved with it
                         break
         except BaseException:
+            self.saver.close(quiet=True)   # what was queued lands (or fails) before the error goes on
             self.runner.close()
             if tc.plot and world.main and (self.run_.run_dir / ckpt.CKPT_NAME).exists():
                 _plot_quietly(self.run_.run_dir, self.log)   # the curve up to the error (a run with no checkpoint is removed)
             raise
+        self.saver.close()
         self.runner.close()
         world.close()
         return self._result()
@@ -414,8 +429,8 @@ class Loop:
         if new_best and self.tc.schedule == "plateau":
             self.best_host = params.copy()
         if new_best and self.world.main:
-            ckpt.save(self.run_.run_dir / ckpt.BEST_NAME, self.cfg, self.run_.tok, params,
-                      {**self.train_state(), "best": True})
+            self.saver.submit(ckpt.save, self.run_.run_dir / ckpt.BEST_NAME, dataclasses.replace(self.cfg),
+                              self.run_.tok, params, {**self.train_state(), "best": True})
         for n in notes:
             self.warn(n)
         if ok:
@@ -481,6 +496,20 @@ class Loop:
             self.log(f"dropout auto: {passes:.1f} passes planned over the training tokens; dropout "
                      f"{self.cfg.dropout:g}, attention dropout {self.cfg.dropout_attn:g} from step {st.step + 1} "
                      f"(at least {DROPOUT_PASSES:g} passes drop)")
+            if self.cfg.dropout or self.cfg.dropout_attn:
+                self.replan_from = st.step   # its steps cost more now: timed again (budget.py)
+
+    def _replan(self, spent: float) -> None:
+        """The second plan of a run whose dropout came on at the first: the total from the steps since."""
+        st, budget = self.state, self.budget
+        step_s = budget.seconds_since(self.replan_from, st.step)
+        self.replan_from = None
+        if not math.isfinite(step_s):
+            return
+        st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.tc.eval_every), st.step + 1))
+        self.bar.set_total(st.planned)
+        self.log(f"time budget {self.tc.minutes:g} min with dropout: {step_s * 1e3:.1f} ms/step measured; "
+                 f"{st.planned} steps planned")
 
     # ------------------------------------------------------------------ records
     def train_state(self) -> dict:
@@ -496,7 +525,7 @@ class Loop:
         """The resume checkpoint (unless saving it would take over SAVE_SHARE of the time since the
         last one, and it is not forced); refuses non-finite weights. Returns the host weights.
         Every rank calls it (the moments may be gathered); rank 0 writes."""
-        params = self.ops.to_numpy(self.model.params)
+        params = _snapshot(self.ops.to_numpy(self.model.params), self.model.params)   # written later
         if not np.isfinite(params).all():
             raise BytemodelError(f"the weights became non-finite at step {self.state.step}; not saved "
                                  f"(the checkpoints already written are intact); try a lower --lr")
@@ -504,8 +533,9 @@ class Loop:
         if self.world.any(force or saves["cost"] < SAVE_ALWAYS_S or saves["cost"] <= SAVE_SHARE * (now - saves["at"])):
             m, v = self.runner.host_moments(self.opt)             # gathered from the ranks when sharded
             if self.world.main:
-                ckpt.save(self.run_.run_dir / ckpt.CKPT_NAME, self.cfg, self.run_.tok, params,
-                          self.train_state(), m, v)
+                self.saver.submit(ckpt.save, self.run_.run_dir / ckpt.CKPT_NAME, dataclasses.replace(self.cfg),
+                                  self.run_.tok, params, self.train_state(), _snapshot(m, self.opt.m),
+                                  _snapshot(v, self.opt.v))
             saves["at"], saves["cost"] = time.perf_counter(), time.perf_counter() - now
         return params
 
