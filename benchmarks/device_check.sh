@@ -14,7 +14,8 @@
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: dropout 0.2 / attention
 #                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
 #     bash benchmarks/device_check.sh split      # the four-genome split (.dev/ksplit from benchmarks/klebsiella_split.py),
-#                                                # 5 min, two at once: the issue's defaults and FLAGS, heldout.fa scored
+#                                                # MINUTES (5) each, two at once: A (the issue's defaults) and B (today's),
+#                                                # heldout.fa scored
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
@@ -103,17 +104,19 @@ if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemod
     exit 0
 fi
 if [ "$only" = split ]; then   # needs .dev/ksplit (benchmarks/klebsiella_split.py DATA .dev/ksplit)
-    FLAGS=${FLAGS:---dropout 0.2 --dropout-attn 0.2}
-    step "four-genome split, 5 minutes, two at once: the issue's defaults and $FLAGS"
+    # A and B: two runs' extra flags ("" is the defaults as they are); MINUTES each, both at once on one GPU
+    A=${A---schedule cosine --dropout 0 --dropout-attn 0 --reader fasta:revcomp=no}; B=${B-}; MINUTES=${MINUTES:-5}
+    step "four-genome split, $MINUTES minutes, two at once: [$A] and [$B]"
     K=.dev/ksplit; i=0
-    for extra in "--schedule cosine --dropout 0 --dropout-attn 0 --reader fasta:revcomp=no" "$FLAGS"; do
+    for extra in "$A" "$B"; do
         i=$((i + 1))
-        ( python3 -m bytemodel.cli train --source $K/train --device cuda --minutes 5 $extra --no-baseline \
+        ( python3 -m bytemodel.cli train --source $K/train --device cuda --minutes $MINUTES $extra --no-baseline \
               --out /tmp/split_$i > "$OUT/split_$i.log" 2>&1
           python3 -m bytemodel.cli score $K/heldout.fa -c /tmp/split_$i --device cuda > "$OUT/split_$i.held" 2>&1 ) &
     done
-    wait; for j in 1 2; do echo "== split_$j"; head -1 "$OUT/split_$j.log"; grep -E "best:|stopped|finished" "$OUT/split_$j.log"
-        cat "$OUT/split_$j.held"; done
+    wait; for j in 1 2; do echo "== split_$j"; head -1 "$OUT/split_$j.log"
+        grep -E "best:|stopped|finished|dropout auto|time budget|reverse strand" "$OUT/split_$j.log"
+        cat "$OUT/split_$j.held"; cp /tmp/split_$j/metrics.jsonl "$OUT/split_$j.metrics.jsonl" 2>/dev/null; done
     exit 0
 fi
 if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py split and codecs)
