@@ -110,16 +110,18 @@ def test_generate_holds_blas_to_one_thread_prefills_included(monkeypatch):
     assert small_products(preset("small")) and not small_products(preset("base"))   # base: left alone
 
 
-def test_steps_at_two_blas_threads_draw_the_same_bytes_prefills_at_one(monkeypatch):
+@pytest.mark.parametrize("shape", [dict(d_model=256, n_heads=4, d_ff=256), dict(d_model=384, n_heads=6, d_ff=1024)])
+def test_steps_at_two_blas_threads_draw_the_same_bytes_prefills_at_one(shape, monkeypatch):
     """With two cores, generate may run a step's products at two BLAS threads (cpu_step.BlasThreads,
     chosen by timing; here the choice is forced to alternate so both counts run): the same bytes
     as one thread throughout, every prefill and re-read at one thread, the caller's count back
-    afterwards. Model: one product above PAIR_MACS (qkv, 256 x 768), all under SPLIT_MACS."""
+    afterwards. Models: one product above PAIR_MACS (qkv, 256 x 768), all under SPLIT_MACS; and
+    one layer of the small preset's shapes, whose qkv and down are padded at two threads."""
     from threadpoolctl import threadpool_info, threadpool_limits
     from bytemodel.decode import cpu_pair, cpu_step
     from bytemodel.ops import scorer
     blas = lambda: sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})   # noqa: E731
-    m = Model(ModelConfig(vocab_size=257, d_model=256, n_layers=1, n_heads=4, d_ff=256, context=24), numpy_ops)
+    m = Model(ModelConfig(vocab_size=257, n_layers=1, context=24, **shape), numpy_ops)
     m.init_weights(7)
     m.load_flat(m.params * 6)
     tok = Tokenizer()
@@ -149,3 +151,70 @@ def test_steps_at_two_blas_threads_draw_the_same_bytes_prefills_at_one(monkeypat
         assert counts["prefill"] == {(1,)} and len([k for k, _ in seen if k == "prefill"]) >= 3
         assert counts["step"] == ({(1,), (2,)} if two else {(1,)}), counts
     assert outs[False] == outs[True]
+
+
+def test_padded_columns_for_two_blas_threads():
+    """qkv's and down's weights of the small preset get zero columns up to OpenBLAS's two-thread
+    size, each half a multiple of ALIGN; products already that large, or that would grow by more
+    than PAD_MAX, keep their columns."""
+    from bytemodel.decode.cpu_pair import ALIGN
+    from bytemodel.decode.cpu_step import PAD_MAX, SPLIT_ELEMS, padded_cols
+    assert padded_cols(384, 1152) == 1216 and padded_cols(1024, 384) == 480     # small's qkv and down
+    for C, N in [(384, 1152), (1024, 384)]:
+        n = padded_cols(C, N)
+        assert C * n >= SPLIT_ELEMS and n % (2 * ALIGN) == 0 and n <= PAD_MAX * N
+    assert padded_cols(384, 2048) == 2048 and padded_cols(768, 2304) == 2304      # already split
+    assert padded_cols(384, 384) == 384 and padded_cols(128, 384) == 384          # would more than x1.25
+    assert padded_cols(384, 1160) == 1160      # not a multiple of ALIGN: its tail columns would round otherwise
+
+
+def test_splits_alike_finds_a_padded_product_that_rounds_otherwise():
+    """The check that keeps padding honest: a padded copy whose real columns give other bits at
+    two threads is refused (here one weight off by 0.1%), an exact copy is taken."""
+    from bytemodel.decode import cpu_step
+
+    class Threads:       # BlasThreads' interface; the count does not matter to the check's logic
+        n = 1
+
+        def set(self, n):
+            self.n = n
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    good, bad = np.zeros((64, 64), np.float32), np.zeros((64, 96), np.float32)   # shapes: the memo's keys
+    good[:, :32] = w
+    bad[:, :32] = w
+    bad[3, 5] *= np.float32(1.001)
+    cpu_step._ALIKE.clear()
+    assert cpu_step.splits_alike(w, good, Threads())
+    assert not cpu_step.splits_alike(w, bad, Threads())
+    cpu_step._ALIKE.clear()
+
+
+def test_small_presets_padded_products_at_two_blas_threads_give_the_cached_forwards_logits():
+    """At the small preset's layer shapes (one layer), the two-thread way's products (qkv and down
+    padded, cpu_step.padded_cols) give Model.forward_cached's logits bit for bit, and the padding
+    is really in use (a padded shape that rounds otherwise would be refused by splits_alike)."""
+    from threadpoolctl import ThreadpoolController
+    from bytemodel.decode.cpu_step import BlasThreads
+    m = Model(ModelConfig(vocab_size=257, d_model=384, n_layers=1, n_heads=6, d_ff=1024, context=48), numpy_ops)
+    m.init_weights(3)
+    m.load_flat(m.params * 4)
+    W, ids = m.weights(), np.random.default_rng(2).integers(0, 257, 48)
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    if not libs:
+        pytest.skip("no BLAS library that threadpoolctl can set")
+    threads = BlasThreads(libs)
+    ref, fast = m.new_cache(1, 48), m.new_cache(1, 48)
+    m.forward_cached(ids[None, :4], ref, 0, W)
+    m.forward_cached(ids[None, :4], fast, 0, W)
+    step = OneToken(m, fast, W, None, threads)
+    qkv, down = step.ways[1][0][0][0], step.ways[1][0][0][3]
+    assert qkv.args[1].shape == (384, 1216) and down.args[1].shape == (1024, 480)
+    try:
+        for pos in range(4, 48):
+            want = m.forward_cached(ids[None, pos:pos + 1], ref, pos, W)[0, -1]
+            threads.set(2)
+            got = step._step(step.ways[1], int(ids[pos]), pos)
+            threads.set(1)
+            assert np.array_equal(got, want), (pos, np.abs(got - want).max())
+    finally:
+        threads.one()

@@ -40,7 +40,7 @@ from functools import partial
 
 import numpy as np
 
-from .cpu_pair import Faster, product_chunks
+from .cpu_pair import ALIGN, Faster, product_chunks
 
 # The ModelConfig fields this copy of the block follows, and those that cannot change its logits
 # (as model.FOLLOWS; checked by tests/test_engines.py)
@@ -57,8 +57,48 @@ SPLIT_MACS = 1 << 20    # multiply-adds: a batch-1 product below this (all of ti
                         # on the loaded 2-core VM it made small's generation 4x slower (5 vs 22 tokens/s
                         # at load average 13; tiny 71 vs 102). base's (3.1M) keep the default.
 
+SPLIT_ELEMS = 460_800  # C x N: from this size OpenBLAS runs a (1, C) x (C, N) product on two threads, below it on
+                       # one whatever the count (OpenBLAS 0.3.31, NumPy 2.4's wheel, measured: (384, 1184) one thread,
+                       # (384, 1200) two; small's qkv 384 x 1152 and down 1024 x 384 fall just short)
+PAD_MAX = 1.25         # at two BLAS threads, such a product's weights get zero columns up to SPLIT_ELEMS when that
+                       # adds at most a quarter (small: qkv 1152 -> 1200, down 384 -> 464; from memory, at two threads
+                       # 78 -> 41 us and 76 -> 58 us on the 2-core VM); the real columns' bits do not change
+
 PAIR_MACS = 1 << 17     # multiply-adds: with a cpu_pair.Pair, a product at least this large runs in column
                         # parts on two threads (small's all but the head; none of tiny's: at most 98k)
+
+
+def padded_cols(C: int, N: int) -> int:
+    """The columns a (C, N) product's weights take at two BLAS threads: N, or N plus zero columns
+    up to SPLIT_ELEMS when that is at most PAD_MAX x N, a multiple of 2 x cpu_pair.ALIGN. OpenBLAS
+    gives each thread half the columns, and a half that is not a multiple of ALIGN rounds its
+    tail otherwise (measured: 384 x 1200 and 1024 x 464 change bits at two threads, 1216 and 480
+    do not); OneToken checks each padded shape once all the same (splits_alike)."""
+    if C * N >= SPLIT_ELEMS or N % ALIGN:   # N % ALIGN: its tail columns would join a block and round otherwise
+        return N
+    unit = 2 * ALIGN
+    n = -(-(-(-SPLIT_ELEMS // C)) // unit) * unit
+    return n if n <= PAD_MAX * N else N
+
+
+_ALIKE: dict = {}
+
+
+def splits_alike(w, wp, threads) -> bool:
+    """Whether x @ wp at two BLAS threads gives x @ w's bits at one in its first columns, on one
+    random row x (the split and the kernel's blocks depend on the shape only, so a rounding that
+    differs shows on almost any row); remembered by shape."""
+    key = (w.shape, wp.shape, w.dtype.str)
+    if key not in _ALIKE:
+        x = np.random.default_rng(0).standard_normal((1, w.shape[0])).astype(w.dtype)
+        was = threads.n
+        threads.set(1)
+        a = x @ w
+        threads.set(2)
+        b = (x @ wp)[:, :w.shape[1]]
+        threads.set(was)
+        _ALIKE[key] = bool(np.array_equal(a, b))
+    return _ALIKE[key]
 
 
 def small_products(cfg) -> bool:
@@ -148,13 +188,17 @@ class OneToken:
         f32 = np.float32
         self.x = np.empty((1, C), f32)                        # the residual stream
         self.sq, self.xh, self.h = np.empty(C, f32), np.empty((1, C), f32), np.empty((1, C), f32)
-        self.qkv = np.empty((1, (H + 2 * K) * D), f32)
+        # the outputs of qkv and down as the front of rows wide enough for their padded weights (padded_cols)
+        self.pad_qkv, self.pad_down = padded_cols(C, (H + 2 * K) * D), padded_cols(F, C)
+        self.qkv_wide = np.empty((1, self.pad_qkv), f32)
+        self.qkv = self.qkv_wide[:, :(H + 2 * K) * D]
         self.r, self.rb = np.empty((H + K, 2, D // 2), f32), np.empty((H + K, 2, D // 2), f32)
         self.q = np.empty((1, K, self.G, 1, D), f32)          # rotated and scaled queries
         self.sbuf = np.empty(H * cfg.context, f32)            # scores, (1, K, G, 1, S) at the front
         self.mx, self.l = np.empty((1, K, self.G, 1, 1), f32), np.empty((1, K, self.G, 1, 1), f32)
         self.o = np.empty((1, K, self.G, 1, D), f32)
-        self.y = np.empty((1, C), f32)
+        self.y_wide = np.empty((1, max(C, self.pad_down)), f32)
+        self.y = self.y_wide[:, :C]
         self.u = np.empty((1, 2 * F), f32)
         self.sig, self.s = np.empty((1, F), f32), np.empty((1, F), f32)
         self.logits = np.empty((1, cfg.vocab_size), f32)
@@ -172,17 +216,28 @@ class OneToken:
         self.threads = threads if pair is None else None
         self.pair, self.faster = pair, (Faster() if pair is not None or self.threads is not None else None)
         one = self._products(None)
-        self.ways = [one] + ([self._products(pair)] if pair is not None else [one] if self.threads is not None else [])
+        two = self._products(None, padded=True) if self.threads is not None else None
+        self.ways = [one] + ([self._products(pair)] if pair is not None else [two] if two is not None else [])
 
-    def _products(self, pair):
+    def _products(self, pair, padded=False):
         """Per layer (qkv, wo, gate-up, down) callables, then the head's: each writes x @ w into
-        its buffer, (1, C) x (C, N) -> (1, N)."""
+        its buffer, (1, C) x (C, N) -> (1, N). padded: qkv's and down's weights with zero columns
+        (padded_cols; copies made here), written into the wide rows, for two BLAS threads."""
         def one(x, w, out):
             if pair is None or w.shape[0] * w.shape[1] < PAIR_MACS:
                 return partial(np.matmul, x, w, out=out)
             return partial(pair.run, product_chunks(x, w, out, pair.parts))
-        layers = [(one(self.h, wqkv, self.qkv), one(self.of, wo, self.y), one(self.h, wgu, self.u),
-                   one(self.s, wd, self.y)) for _, wqkv, wo, _, wgu, wd in self.layers]
+
+        def wide(x, w, out, cols):
+            if not padded or cols == w.shape[1]:
+                return one(x, w, out[:, :w.shape[1]])
+            wp = np.zeros((w.shape[0], cols), w.dtype)
+            wp[:, :w.shape[1]] = w
+            if not splits_alike(w, wp, self.threads):
+                return one(x, w, out[:, :w.shape[1]])
+            return partial(np.matmul, x, wp, out=out[:, :cols])
+        layers = [(wide(self.h, wqkv, self.qkv_wide, self.pad_qkv), one(self.of, wo, self.y), one(self.h, wgu, self.u),
+                   wide(self.s, wd, self.y_wide, self.pad_down)) for _, wqkv, wo, _, wgu, wd in self.layers]
         return layers, one(self.h, self.head, self.logits)
 
     def close(self) -> None:
