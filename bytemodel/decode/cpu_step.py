@@ -25,6 +25,12 @@ tests/test_decode_cpu_step.py holds its logits to forward_cached's with np.array
 bytes generation draws are those of the general path. A change to numpy_ops or Model.block that
 this copy does not follow fails there.
 
+At two BLAS threads (BlasThreads, when that times faster) OpenBLAS splits a (1, C) x (C, N) product
+over its columns only from C x N = SPLIT_ELEMS; small's qkv (384 x 1152) and down (1024 x 384)
+fall just short, so that way reads copies of them with zero columns up to that size (padded_cols),
+whose real columns give the same bits (each half a multiple of ALIGN; splits_alike checks each
+padded shape once and keeps the plain product where they would not).
+
 `OneBlasThread(model)`: generate holds BLAS to one thread while one sample is generated, when
 every product of a token is small (SPLIT_MACS), its prefills and re-reads included (so the bytes
 do not depend on the caller's BLAS thread count). A token's logits do not depend on the count
@@ -35,6 +41,7 @@ Shapes: C d_model, H heads, K kv heads, G = H // K, D head dim, F d_ff, V vocabu
 from __future__ import annotations
 
 import math
+import os
 import time
 from functools import partial
 
@@ -63,6 +70,8 @@ SPLIT_ELEMS = 460_800  # C x N: from this size OpenBLAS runs a (1, C) x (C, N) p
 PAD_MAX = 1.25         # at two BLAS threads, such a product's weights get zero columns up to SPLIT_ELEMS when that
                        # adds at most a quarter (small: qkv 1152 -> 1200, down 384 -> 464; from memory, at two threads
                        # 78 -> 41 us and 76 -> 58 us on the 2-core VM); the real columns' bits do not change
+
+PAD = os.environ.get("BYTEMODEL_CPU_PAD", "1") != "0"   # 0: no padding (benchmarks/README.md's "as it was" rows)
 
 PAIR_MACS = 1 << 17     # multiply-adds: with a cpu_pair.Pair, a product at least this large runs in column
                         # parts on two threads (small's all but the head; none of tiny's: at most 98k)
@@ -216,7 +225,7 @@ class OneToken:
         self.threads = threads if pair is None else None
         self.pair, self.faster = pair, (Faster() if pair is not None or self.threads is not None else None)
         one = self._products(None)
-        two = self._products(None, padded=True) if self.threads is not None else None
+        two = self._products(None, padded=PAD) if self.threads is not None else None
         self.ways = [one] + ([self._products(pair)] if pair is not None else [two] if two is not None else [])
 
     def _products(self, pair, padded=False):

@@ -93,7 +93,8 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
                 cache, pos, logits = prefill(window.reread(history, T))
                 continue
             if step is not None:
-                step.cache = cache
+                if step.cache is not cache:     # a new one after each prefill (the setter makes its views)
+                    step.cache = cache
                 row = step(nxt, pos)
             else:
                 row = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)[0, -1]
