@@ -68,8 +68,8 @@ SPLIT_ELEMS = 460_800  # C x N: from this size OpenBLAS runs a (1, C) x (C, N) p
                        # one whatever the count (OpenBLAS 0.3.31, NumPy 2.4's wheel, measured: (384, 1184) one thread,
                        # (384, 1200) two; small's qkv 384 x 1152 and down 1024 x 384 fall just short)
 PAD_MAX = 1.25         # at two BLAS threads, such a product's weights get zero columns up to SPLIT_ELEMS when that
-                       # adds at most a quarter (small: qkv 1152 -> 1200, down 384 -> 464; from memory, at two threads
-                       # 78 -> 41 us and 76 -> 58 us on the 2-core VM); the real columns' bits do not change
+                       # adds at most a quarter (small: qkv 1152 -> 1216, down 384 -> 480; from memory, at two threads
+                       # 86 -> 45 us and 82 -> 58 us on the 2-core VM); the real columns' bits do not change
 
 PAD = os.environ.get("BYTEMODEL_CPU_PAD", "1") != "0"   # 0: no padding (benchmarks/README.md's "as it was" rows)
 
@@ -86,7 +86,8 @@ def padded_cols(C: int, N: int) -> int:
     if C * N >= SPLIT_ELEMS or N % ALIGN:   # N % ALIGN: its tail columns would join a block and round otherwise
         return N
     unit = 2 * ALIGN
-    n = -(-(-(-SPLIT_ELEMS // C)) // unit) * unit
+    n = -(-SPLIT_ELEMS // C)            # the fewest columns that reach SPLIT_ELEMS, rounded up to a unit
+    n = -(-n // unit) * unit
     return n if n <= PAD_MAX * N else N
 
 
