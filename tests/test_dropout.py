@@ -232,6 +232,8 @@ def test_auto_dropout_rule():
     assert planned_passes(100, 32, 1024, 3_276_800) == 1.0
     assert auto_dropout(DROPOUT_PASSES) == 0.2 and auto_dropout(DROPOUT_PASSES - 0.01) == 0.0
     assert auto_dropout_attn(DROPOUT_PASSES) == 0.2 and auto_dropout_attn(3.9) == 0.0
+    assert auto_dropout(6.3, nucleotides=True) == 0.0 and auto_dropout(19.99, True) == 0.0   # DNA drops later
+    assert auto_dropout(20, True) == 0.2 and auto_dropout_attn(20, True) == 0.2 and auto_dropout_attn(19, True) == 0
     bf16 = dict(source="x", precision="bf16", preset="small", steps=1000)   # precision given: no GPU asked
     tc = TrainConfig(**bf16)            # 1000 steps x 32 x 512 tokens over 1M tokens: 16 passes
     resolve(tc, "cuda", 1_000_000, train_tokens=1_000_000)
@@ -247,31 +249,69 @@ def test_auto_dropout_rule():
     assert (tc.dropout, tc.dropout_attn) == (-1, 0.1)
     assert dropout_at_plan(tc, 1000, 512, 1_000_000) == (0.2, None)
     assert dropout_at_plan(tc, 100, 512, 1_000_000) == (0.0, None)
+    assert dropout_at_plan(tc, 1000, 512, 1_000_000, nucleotides=True) == (0.0, None)   # 16 passes of DNA
+    assert dropout_at_plan(tc, 1300, 512, 1_000_000, nucleotides=True) == (0.2, None)   # 21
     child = TrainConfig(**{**bf16, "minutes": 5, "parent": "runs/p"})   # a fine-tune keeps its parent's
     assert dropout_at_plan(child, 1000, 512, 1_000_000) == (None, None)
+
+
+def _letters(dna_file, tmp_path):
+    """The toy DNA with its four letters swapped for four that are no nucleotide code: the same
+    size and structure, so the same passes, under the rule for data other than DNA."""
+    p = tmp_path / "letters.txt"
+    p.write_text(dna_file.read_text().translate(str.maketrans("ACGT", "EFIL")))
+    return p
 
 
 def test_time_budget_decides_the_dropout_at_its_plan(tmp_path, dna_file, fast_settings, step_clock):
     """A 6 s budget on the fake clock (0.1 s a step) plans ~60 steps of 4 x 32 tokens over the
     toy file's ~5.4k training tokens: ~1.4 passes, so no dropout; a 30 s budget plans ~300 steps,
     ~7 passes: 0.2 / 0.2 from the plan on, recorded in the checkpoint, and kept on a resume
-    after the plan (not decided again)."""
+    after the plan (not decided again). The file's letters are no nucleotide codes (DNA: the
+    next test)."""
     import bytemodel
     from bytemodel import checkpoint as ck
+    src = _letters(dna_file, tmp_path)
     s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
-    short = bytemodel.train(dna_file, tmp_path / "a", minutes=0.1, **s)
+    short = bytemodel.train(src, tmp_path / "a", minutes=0.1, **s)
     assert ck.load(short.checkpoint).cfg.dropout == 0.0
     lines = []
-    part = bytemodel.train(dna_file, tmp_path / "b", minutes=0.5, stop_at=15, log=lines.append, **s)
+    part = bytemodel.train(src, tmp_path / "b", minutes=0.5, stop_at=15, log=lines.append, **s)
     st = ck.load(part.checkpoint)
     assert st.train["budget_planned"] and (st.cfg.dropout, st.cfg.dropout_attn) == (0.2, 0.2)
     assert st.train["config"]["dropout"] == -1                    # the setting stays auto
     assert "dropout auto (by the passes planned)" in lines[0]
     assert any(x.startswith("dropout auto: 7.") and "dropout 0.2, attention dropout 0.2 from step 11" in x
-               for x in lines), lines
+               and "(at least 5 passes drop)" in x for x in lines), lines
     resumed = bytemodel.train(None, tmp_path / "b", resume=True)
     end = ck.load(resumed.checkpoint)
     assert resumed.step == st.train["loop"]["planned_steps"] and (end.cfg.dropout, end.cfg.dropout_attn) == (0.2, 0.2)
+
+
+def test_a_budget_on_dna_drops_only_from_the_nucleotide_passes(tmp_path, dna_file, fast_settings, step_clock):
+    """The same ~7 passes on the toy DNA itself (all nucleotide codes): no dropout, since
+    nucleotides drop from NUCLEOTIDE_DROPOUT_PASSES (20) planned passes (the four-genome split lost
+    0.11 bits/base to 0.2 / 0.2 at 6.3 passes); a 102 s budget plans ~1,000 steps, ~24 passes:
+    0.2 / 0.2. A --steps run decides the same way before its first step."""
+    import bytemodel
+    from bytemodel import checkpoint as ck
+    from bytemodel.training.autoconf import NUCLEOTIDE_DROPOUT_PASSES
+    assert NUCLEOTIDE_DROPOUT_PASSES == 20
+    s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
+    lines = []
+    seven = bytemodel.train(dna_file, tmp_path / "a", minutes=0.5, stop_at=15, log=lines.append, **s)
+    assert (ck.load(seven.checkpoint).cfg.dropout, ck.load(seven.checkpoint).cfg.dropout_attn) == (0.0, 0.0)
+    assert any(x.startswith("dropout auto: 7.") and "dropout 0, attention dropout 0" in x
+               and "(at least 20 passes drop on nucleotides)" in x for x in lines), lines
+    lines = []
+    many = bytemodel.train(dna_file, tmp_path / "b", minutes=1.7, stop_at=15, log=lines.append, **s)
+    assert (ck.load(many.checkpoint).cfg.dropout, ck.load(many.checkpoint).cfg.dropout_attn) == (0.2, 0.2)
+    assert any(x.startswith("dropout auto: 2") and "dropout 0.2, attention dropout 0.2" in x for x in lines), lines
+    # --steps: 300 steps x 4 x 32 tokens over ~5.4k tokens (~7 passes): none on DNA, 0.2 on the letters
+    steps = {**s, "steps": 300, "stop_at": 1}
+    dna = bytemodel.train(dna_file, tmp_path / "c", **steps)
+    text = bytemodel.train(_letters(dna_file, tmp_path), tmp_path / "d", **steps)
+    assert ck.load(dna.checkpoint).cfg.dropout == 0.0 and ck.load(text.checkpoint).cfg.dropout == 0.2
 
 
 def test_a_budget_plans_again_once_its_dropout_makes_the_steps_dearer(tmp_path, dna_file, fast_settings,
@@ -291,7 +331,7 @@ def test_a_budget_plans_again_once_its_dropout_makes_the_steps_dearer(tmp_path, 
     monkeypatch.setattr(Loop, "_plan", plan)
     lines = []
     s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 20, "patience": 0}
-    r = bytemodel.train(dna_file, tmp_path / "a", minutes=0.5, log=lines.append, **s)
+    r = bytemodel.train(_letters(dna_file, tmp_path), tmp_path / "a", minutes=0.5, log=lines.append, **s)
     planned = ck.load(r.checkpoint).train["loop"]["planned_steps"]
     assert planned in (154, 155, 156) and r.step == planned and "finished" in r.stop_reason, (planned, r.stop_reason)
     assert any("300 steps planned" in x for x in lines) and any("with dropout: 200.0 ms/step" in x for x in lines), lines

@@ -71,6 +71,7 @@ def auto_preset(train_bytes: int, device: str, cores: int = 1) -> str:
 
 
 DROPOUT_PASSES = 5.0   # planned passes over the training tokens from which a run drops (auto_dropout)
+NUCLEOTIDE_DROPOUT_PASSES = 20.0   # the same for data that is all nucleotide codes (DNA is memorised later)
 DROPOUT = 0.2          # the residual branches' and the embedding's drop probability where it drops
 DROPOUT_ATTN = 0.2     # the attention probabilities'
 
@@ -81,11 +82,18 @@ def planned_passes(steps: int, batch_size: int, context: int, train_tokens: int)
     return steps * batch_size * context / max(train_tokens, 1)
 
 
-def auto_dropout(passes: float) -> float:
+def dropout_passes(nucleotides: bool = False) -> float:
+    """The planned passes from which `--dropout auto` drops: NUCLEOTIDE_DROPOUT_PASSES for training
+    data whose every byte is a nucleotide code (nucleotide_data in training/prepare.py), else
+    DROPOUT_PASSES."""
+    return NUCLEOTIDE_DROPOUT_PASSES if nucleotides else DROPOUT_PASSES
+
+
+def auto_dropout(passes: float, nucleotides: bool = False) -> float:
     """The dropout `--dropout auto` picks for a run that plans to read its training data `passes`
-    times: DROPOUT from DROPOUT_PASSES passes on, else 0. A time-budget run knows its passes at
-    the plan step (training/budget.py), so its dropout is 0 through the warmup and is decided
-    there (training/loop.py); a run of --steps N knows them before its first step.
+    times: DROPOUT from dropout_passes(nucleotides) passes on, else 0. A time-budget run knows its
+    passes at the plan step (training/budget.py), so its dropout is 0 through the warmup and is
+    decided there (training/loop.py); a run of --steps N knows them before its first step.
 
     From the H200 sweeps at equal time (benchmarks/README.md, "Dropout", "Held-out photos and
     speech, and stronger dropout" and "English, the four-genome split and speech"), by the passes
@@ -96,18 +104,25 @@ def auto_dropout(passes: float) -> float:
       0.2 / 0.2 spent 3.9% fewer bits than 0.1;
     - 6 passes (21.7 MB of English, base, 6 minutes alone): 0.2 / 0.2 **1.1568**, 0.1 / 0 1.1893,
       0.3 / 0.2 1.1710; validation rose past pass 6 even so;
-    - 3.9 passes (the 18 MB four-genome split, base, 5 minutes): 0.2 / 0.2 cost 0.025 bits/base
-      against none, both still improving at the end;
     - under one pass (English in a minute; ten photos, 86 MB, 1.2 passes): every dropout cost
       (English +0.039 at 0.1, +0.055 at 0.2).
-    So the line lies between 3.9 and 6 passes; DROPOUT_PASSES = 5 (between them nothing was
-    measured). On the CPU a run reads its data a few times at most, so this rarely drops there."""
-    return DROPOUT if passes >= DROPOUT_PASSES else 0.0
+    So for other data the line lies between 1.2 and 6 passes; DROPOUT_PASSES = 5 (set when the DNA
+    split below, at 3.9 passes, was taken as its lower bound).
+
+    Nucleotides are memorised later, and their validation gains from it (a genome's tail has
+    homologues in the rest of its data): on the 18 MB four-genome split at base, 0.2 / 0.2 cost
+    0.025 bits/base at 3.9 passes (H200, shared) and **0.110** at 6.3 planned passes (H100, alone,
+    3.5 minutes; "The four-genome split alone under the passes rule"), both runs still improving
+    at their end; the sample at ~50 passes gains. So nucleotide data drops from
+    NUCLEOTIDE_DROPOUT_PASSES = 20 planned passes (between 6.3 and ~50 the sweeps measured
+    nothing; 20 keeps the split's and a whole genome's 5-minute runs without it, and the sample's
+    with it). On the CPU a run reads its data a few times at most, so this rarely drops there."""
+    return DROPOUT if passes >= dropout_passes(nucleotides) else 0.0
 
 
-def auto_dropout_attn(passes: float) -> float:
+def auto_dropout_attn(passes: float, nucleotides: bool = False) -> float:
     """`--dropout-attn auto`: DROPOUT_ATTN where auto_dropout drops (the same sweeps), else 0."""
-    return DROPOUT_ATTN if auto_dropout(passes) > 0 else 0.0
+    return DROPOUT_ATTN if auto_dropout(passes, nucleotides) > 0 else 0.0
 
 
 AUTO_TILE = 32             # the image tile side a run takes when its images' rows outrun its context
@@ -158,11 +173,11 @@ def auto_precision(device: str, capability: tuple[int, int] | None = None) -> st
 
 
 def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
-            train_tokens: int | None = None) -> None:
+            train_tokens: int | None = None, nucleotides: bool = False) -> None:
     """Fill the auto fields of the draft settings `tc` in place (before prepare freezes them).
-    The dropouts of a fresh run (train_tokens given) of --steps N are decided here; those of a
-    time-budget run stay -1 (auto) until its plan step (dropout_at_plan); a fine-tune (no size
-    here) keeps its parent's."""
+    The dropouts of a fresh run (train_tokens given; `nucleotides`: its training data is all
+    nucleotide codes) of --steps N are decided here; those of a time-budget run stay -1 (auto)
+    until its plan step (dropout_at_plan); a fine-tune (no size here) keeps its parent's."""
     if tc.preset == "auto":
         if train_bytes is None:
             raise ConfigError("--preset auto needs the corpus size")
@@ -185,16 +200,17 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
     if train_tokens is not None and tc.minutes <= 0:
         passes = planned_passes(tc.steps, tc.batch_size, tc.context or PRESETS[tc.preset]["context"], train_tokens)
         if tc.dropout == -1:
-            tc.dropout = auto_dropout(passes)
+            tc.dropout = auto_dropout(passes, nucleotides)
         if tc.dropout_attn == -1:
-            tc.dropout_attn = auto_dropout_attn(passes)
+            tc.dropout_attn = auto_dropout_attn(passes, nucleotides)
 
 
-def dropout_at_plan(tc, planned: int, context: int, train_tokens: int) -> tuple[float | None, float | None]:
+def dropout_at_plan(tc, planned: int, context: int, train_tokens: int,
+                    nucleotides: bool = False) -> tuple[float | None, float | None]:
     """A fresh time-budget run's dropouts once its plan is made: (dropout, attention dropout), each
     None where the run's settings gave it (or it is a fine-tune's, the parent's)."""
     if tc.parent or tc.minutes <= 0:
         return None, None
     passes = planned_passes(planned, tc.batch_size, context, train_tokens)
-    return (auto_dropout(passes) if tc.dropout == -1 else None,
-            auto_dropout_attn(passes) if tc.dropout_attn == -1 else None)
+    return (auto_dropout(passes, nucleotides) if tc.dropout == -1 else None,
+            auto_dropout_attn(passes, nucleotides) if tc.dropout_attn == -1 else None)

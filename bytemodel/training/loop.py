@@ -36,11 +36,11 @@ from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
 from ..validation import note_ignored_on_resume
 from . import distributed, plateau
 from .runner import Runner
-from .autoconf import DROPOUT_PASSES, dropout_at_plan, planned_passes
+from .autoconf import dropout_at_plan, dropout_passes, planned_passes
 from .budget import REPLAN_STEPS, Budget
 from .saver import Saver
 from .optim import LossScaler, extend_schedule, lr_at
-from .prepare import Run, next_run_dir, prepare_ranks
+from .prepare import Run, next_run_dir, nucleotide_data, prepare_ranks
 from .progress import Progress
 from .watch import Watch
 
@@ -488,14 +488,17 @@ class Loop:
         self.bar.set_total(st.planned)
         self.log(f"time budget {self.tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
                  f"validation+save measured; {st.planned} steps planned")
-        p, pa = dropout_at_plan(self.tc, st.planned, self.T, len(self.corpus.train))
-        if p is not None or pa is not None:   # auto: by the passes planned (autoconf.auto_dropout)
+        tc = self.tc
+        dna = (tc.minutes > 0 and not tc.parent and -1 in (tc.dropout, tc.dropout_attn)
+               and nucleotide_data(self.corpus, self.run_.tok))
+        p, pa = dropout_at_plan(tc, st.planned, self.T, len(self.corpus.train), dna)
+        if p is not None or pa is not None:   # auto: by the passes planned and the data (autoconf.auto_dropout)
             self.cfg.dropout = self.cfg.dropout if p is None else p
             self.cfg.dropout_attn = self.cfg.dropout_attn if pa is None else pa
             passes = planned_passes(st.planned, self.tc.batch_size, self.T, len(self.corpus.train))
             self.log(f"dropout auto: {passes:.1f} passes planned over the training tokens; dropout "
                      f"{self.cfg.dropout:g}, attention dropout {self.cfg.dropout_attn:g} from step {st.step + 1} "
-                     f"(at least {DROPOUT_PASSES:g} passes drop)")
+                     f"(at least {dropout_passes(dna):g} passes drop{' on nucleotides' if dna else ''})")
             if self.cfg.dropout or self.cfg.dropout_attn:
                 self.replan_from = st.step   # its steps cost more now: timed again (budget.py)
 

@@ -199,7 +199,8 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
             notes += ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
-    resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train))
+    resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train),
+            nucleotides=tc.minutes <= 0 and -1 in (tc.dropout, tc.dropout_attn) and nucleotide_data(corpus, tok))
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     # a time budget's auto dropouts (still -1) are 0 until its plan step decides them (training/loop.py)
@@ -262,17 +263,25 @@ def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
     autoconf.auto_revcomp says so for the run's device and training bytes, and every byte of the
     data is a nucleotide code (a protein FASTA has no reverse complement)."""
     from ..readers import get_reader
-    from ..readers.fasta import NUCLEOTIDE_CODES, FastaReader
+    from ..readers.fasta import FastaReader
     given = get_reader(tc.reader) if tc.reader else None
     if given is not None and given.augments:
         return given, False
     reader = _reader_leaving(tc, FastaReader, "revcomp")
     if reader is None or not auto_revcomp(_train_bytes(corpus), tc.device):
         return None, False
-    from ..runinfo import byte_values
-    if not set(byte_values(corpus.train, tok)) <= NUCLEOTIDE_CODES:
+    if not nucleotide_data(corpus, tok):
         return None, False
     return FastaReader(**{**reader.options, "revcomp": True}), True
+
+
+def nucleotide_data(corpus, tok: Tokenizer) -> bool:
+    """Whether every byte of the corpus's training part is a nucleotide code (readers/fasta.py):
+    DNA or RNA read by any reader, its reverse strand included. It decides the reverse strand's
+    default (above) and when `--dropout auto` drops (autoconf.dropout_passes)."""
+    from ..readers.fasta import NUCLEOTIDE_CODES
+    from ..runinfo import byte_values
+    return set(byte_values(corpus.train, tok)) <= NUCLEOTIDE_CODES
 
 
 def _open_prepared(d: dict) -> Run:
