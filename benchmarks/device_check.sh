@@ -109,17 +109,18 @@ if [ "$only" = split ]; then   # needs .dev/ksplit (benchmarks/klebsiella_split.
     A=${A---schedule cosine --dropout 0 --dropout-attn 0 --reader fasta:revcomp=no}; B=${B-}; MINUTES=${MINUTES:-5}
     RUNS=${RUNS:-1 2}
     step "four-genome split, $MINUTES minutes, runs [$RUNS] at once: 1 [$A], 2 [$B]"
-    K=.dev/ksplit; i=0
+    # SRC, HELD: another source and held-out file (default the split's; HELD=none scores nothing)
+    SRC=${SRC:-.dev/ksplit/train}; HELD=${HELD:-.dev/ksplit/heldout.fa}; i=0
     for extra in "$A" "$B"; do
         i=$((i + 1))
         case " $RUNS " in *" $i "*) ;; *) continue ;; esac
-        ( python3 -m bytemodel.cli train --source $K/train --device cuda --minutes $MINUTES $extra --no-baseline \
+        ( python3 -m bytemodel.cli train --source $SRC --device cuda --minutes $MINUTES $extra --no-baseline \
               --out /tmp/split_$i > "$OUT/split_$i.log" 2>&1
-          python3 -m bytemodel.cli score $K/heldout.fa -c /tmp/split_$i --device cuda > "$OUT/split_$i.held" 2>&1 ) &
+          [ "$HELD" = none ] || python3 -m bytemodel.cli score $HELD -c /tmp/split_$i --device cuda > "$OUT/split_$i.held" 2>&1 ) &
     done
     wait; for j in $RUNS; do echo "== split_$j"; head -1 "$OUT/split_$j.log"
         grep -E "best:|stopped|finished|dropout auto|time budget|reverse strand" "$OUT/split_$j.log"
-        cat "$OUT/split_$j.held"; cp /tmp/split_$j/metrics.jsonl "$OUT/split_$j.metrics.jsonl" 2>/dev/null; done
+        cat "$OUT/split_$j.held" 2>/dev/null; cp /tmp/split_$j/metrics.jsonl "$OUT/split_$j.metrics.jsonl" 2>/dev/null; done
     exit 0
 fi
 if [ "$only" = speech ]; then   # needs .dev/little (benchmarks/little_data.py split and codecs)
