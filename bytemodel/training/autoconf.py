@@ -115,8 +115,10 @@ def auto_dropout(passes: float, nucleotides: bool = False) -> float:
     3.5 minutes; "The four-genome split alone under the passes rule"), both runs still improving
     at their end; the sample at ~50 passes gains. So nucleotide data drops from
     NUCLEOTIDE_DROPOUT_PASSES = 20 planned passes (between 6.3 and ~50 the sweeps measured
-    nothing; 20 keeps the split's and a whole genome's 5-minute runs without it, and the sample's
-    with it). On the CPU a run reads its data a few times at most, so this rarely drops there."""
+    nothing). 20 keeps the split's 5-minute runs without it (6-9 passes) and the sample's with it;
+    a whole 4-5 MB genome with its reverse strand plans about 13-17 passes at base in 5 minutes on
+    the H200 (from the split's 3,933 steps there), so it trains without: that case was not measured
+    either way. On the CPU a run reads its data a few times at most, so this rarely drops there."""
     return DROPOUT if passes >= dropout_passes(nucleotides) else 0.0
 
 
