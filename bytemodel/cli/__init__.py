@@ -45,7 +45,8 @@ def train(
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
     dropout: str = typer.Option("auto", help="Dropout on the embedding and every residual branch while training: "
                                 "P in [0, 0.9], or auto (0.2 for a run that plans at least 5 passes over its training data, "
-                                "else 0; a time budget decides at its plan step; benchmarks/README.md)."),
+                                "20 where it is all nucleotide codes, else 0; a time budget decides at its plan step; "
+                                "benchmarks/README.md)."),
     dropout_attn: str = typer.Option("auto", "--dropout-attn", help="Dropout on the attention probabilities while "
                                      "training: P in [0, 0.9], or auto (0.2 where --dropout auto drops, else 0)."),
     grad_clip: float = typer.Option(D.grad_clip, "--grad-clip", help="Global gradient-norm clip (0: off)."),
