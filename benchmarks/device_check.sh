@@ -15,7 +15,9 @@
 #                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
 #     bash benchmarks/device_check.sh split      # the four-genome split (.dev/ksplit from benchmarks/klebsiella_split.py),
 #                                                # MINUTES (5) each, two at once: A (the issue's defaults) and B (today's),
-#                                                # heldout.fa scored
+#                                                # heldout.fa scored; RUNS=1 or 2 runs one alone; SRC and HELD another
+#                                                # source and held-out file (HELD=none: validation only), e.g. one genome:
+#                                                # mkdir -p .dev/genome && cp "$(bytemodel data get klebsiella)"/Klebs_HS11286.fna.xz .dev/genome/
 #     bash benchmarks/device_check.sh little     # photos (rows, tile 16, 32) and speech (pcm16), 4 minutes each,
 #                                                # at once, scored on held-out files (benchmarks/little_data.py;
 #                                                # needs .dev/little/ made here by its split and codecs steps)
