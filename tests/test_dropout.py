@@ -303,6 +303,11 @@ def test_a_budget_on_dna_drops_only_from_the_nucleotide_passes(tmp_path, dna_fil
     assert (ck.load(seven.checkpoint).cfg.dropout, ck.load(seven.checkpoint).cfg.dropout_attn) == (0.0, 0.0)
     assert any(x.startswith("dropout auto: 7.") and "dropout 0, attention dropout 0" in x
                and "(at least 20 passes drop on nucleotides)" in x for x in lines), lines
+    lines = []                          # stopped before its plan (step 10) and resumed: the resumed
+    bytemodel.train(dna_file, tmp_path / "r", minutes=0.5, stop_at=5, **s)   # process looks at the data itself
+    resumed = bytemodel.train(None, tmp_path / "r", resume=True, stop_at=15, log=lines.append)
+    assert ck.load(resumed.checkpoint).cfg.dropout == 0.0
+    assert any("(at least 20 passes drop on nucleotides)" in x for x in lines), lines
     lines = []
     many = bytemodel.train(dna_file, tmp_path / "b", minutes=1.7, stop_at=15, log=lines.append, **s)
     assert (ck.load(many.checkpoint).cfg.dropout, ck.load(many.checkpoint).cfg.dropout_attn) == (0.2, 0.2)

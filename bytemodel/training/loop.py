@@ -489,8 +489,10 @@ class Loop:
         self.log(f"time budget {self.tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
                  f"validation+save measured; {st.planned} steps planned")
         tc = self.tc
-        dna = (tc.minutes > 0 and not tc.parent and -1 in (tc.dropout, tc.dropout_attn)
-               and nucleotide_data(self.corpus, self.run_.tok))
+        dna = self.run_.nucleotides   # prepare's on a fresh run's rank 0; else looked at here where it counts
+        if dna is None:
+            dna = (tc.minutes > 0 and not tc.parent and -1 in (tc.dropout, tc.dropout_attn)
+                   and nucleotide_data(self.corpus, self.run_.tok))
         p, pa = dropout_at_plan(tc, st.planned, self.T, len(self.corpus.train), dna)
         if p is not None or pa is not None:   # auto: by the passes planned and the data (autoconf.auto_dropout)
             self.cfg.dropout = self.cfg.dropout if p is None else p

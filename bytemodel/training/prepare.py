@@ -43,6 +43,8 @@ class Run:
     data: dict | None = None     # the run's data record (runinfo.py); None on ranks other than 0 and
                                  # for a resumed run from before the record
     notes: tuple = ()            # lines about settings prepare() changed (a warmup scaled to the run)
+    nucleotides: bool | None = None   # every training byte a nucleotide code (nucleotide_data); None: not
+                                      # looked at (a resume, a fine-tune, ranks other than 0)
 
 
 def next_run_dir(source: str, root: Path = Path("runs")) -> Path:
@@ -191,7 +193,8 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     corpus = build_corpus(None, tok, run_dir, tc.val_fraction, ctx0,
                           pieces=stream_documents(tc.source, tc.reader or None))
     notes = (tile_note,) if tile_note else ()
-    reader, auto = _augmenting_reader(tc, corpus, tok)
+    dna = nucleotide_data(corpus, tok)   # one pass: the reverse strand's rule and --dropout auto's
+    reader, auto = _augmenting_reader(tc, corpus, tok, dna)
     if reader is not None:                   # the reader adds copies of training documents
         from .augment import add_training_copies
         corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
@@ -200,14 +203,14 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
     resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train),
-            nucleotides=tc.minutes <= 0 and -1 in (tc.dropout, tc.dropout_attn) and nucleotide_data(corpus, tok))
+            nucleotides=dna)
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     # a time budget's auto dropouts (still -1) are 0 until its plan step decides them (training/loop.py)
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": max(tc.dropout, 0.0),
                                                     "dropout_attn": max(tc.dropout_attn, 0.0)})
     run = _finish(tc, run_dir, tok, corpus, cfg)
-    return dataclasses.replace(run, notes=notes + run.notes) if notes else run
+    return dataclasses.replace(run, notes=notes + run.notes, nucleotides=dna)
 
 
 def _tile_images(tc: TrainConfig) -> str:
@@ -255,7 +258,7 @@ def _train_bytes(corpus) -> int:
     return int(len(corpus.train) * corpus.n_bytes / max(len(corpus.tokens), 1))
 
 
-def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
+def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer, dna: bool | None = None):
     """(the reader whose training copies this run adds (fasta:revcomp) or None, whether auto chose it).
 
     Given (--reader fasta:revcomp=yes), as asked. Left unset, on a source that is all FASTA
@@ -270,7 +273,7 @@ def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer):
     reader = _reader_leaving(tc, FastaReader, "revcomp")
     if reader is None or not auto_revcomp(_train_bytes(corpus), tc.device):
         return None, False
-    if not nucleotide_data(corpus, tok):
+    if not (nucleotide_data(corpus, tok) if dna is None else dna):
         return None, False
     return FastaReader(**{**reader.options, "revcomp": True}), True
 
