@@ -14,6 +14,7 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL on (default) / off
+    python benchmarks/generate.py --device cuda --presets base --samples 1,4 --persist --rounds 3   # one persistent kernel a step (default) / the launches
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the fused step (default) / views only / as it was
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
@@ -170,6 +171,10 @@ def child(args):
         from bytemodel.ops import cuda_decode
         cuda_decode.MMA_MAX_BATCH = 64
         r = time_ours(name, args.device, args.precision, args.tokens, n)
+    elif kind == "ours-nopersist":    # the kernel path launched kernel by kernel (cuda_decode.PERSIST off)
+        from bytemodel.ops import cuda_decode
+        cuda_decode.PERSIST = False
+        r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "ours-nopdl":        # the kernel path without programmatic dependent launch (cuda_decode.PDL)
         from bytemodel.ops import cuda_decode
         cuda_decode.PDL = False
@@ -211,6 +216,9 @@ def main():
                     help="also ours with the cuBLAS step launched from Python (BLAS_GRAPH off), N > 64")
     ap.add_argument("--mma", action="store_true",
                     help="also ours with the tensor-core kernel path for 4 < N <= 64 (cuda_decode.MMA_MAX_BATCH)")
+    ap.add_argument("--persist", action="store_true",
+                    help="also ours with the kernel path's launches one by one instead of the persistent step, "
+                         "N <= 4 (cuda_decode.PERSIST)")
     ap.add_argument("--pdl", action="store_true",
                     help="also ours without programmatic dependent launch in the kernel path, N <= 4 (cuda_decode.PDL)")
     ap.add_argument("--views", action="store_true",
@@ -245,6 +253,8 @@ def main():
             sides += [("ours-mma", int(n)) for n in args.samples.split(",") if 4 < int(n) <= 64]
         if args.pdl:
             sides += [("ours-nopdl", int(n)) for n in args.samples.split(",") if int(n) <= 4]
+        if args.persist:
+            sides += [("ours-nopersist", int(n)) for n in args.samples.split(",") if int(n) <= 4]
         if args.views:
             sides += [(k, int(n)) for k in ("ours-unfused", "ours-views") for n in args.samples.split(",") if int(n) > 4]
         if args.graph_max_batch:

@@ -41,10 +41,29 @@
 #define DEC_THREADS (DEC_WARPS * 32)
 #define FULL 0xffffffffu
 
+// Loads of what other blocks of the same grid wrote (CG: the persistent step below, where the
+// phases are one kernel): through L2, never a stale line of this SM's L1 or the read-only path.
+// Without CG the ordinary load, for the kernels that only read what earlier kernels wrote.
+template <bool CG> __device__ __forceinline__ float ldf(const float* p) {
+    if constexpr (CG) return __ldcg(p); else return *p;
+}
+template <bool CG> __device__ __forceinline__ vec8 ld8(const act_t* p) {
+    if constexpr (CG) {
+        vec8 r;
+        const uint4* src = reinterpret_cast<const uint4*>(p);
+        uint4* dst = reinterpret_cast<uint4*>(&r);
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(vec8) / 16); i++) dst[i] = __ldcg(src + i);
+        return r;
+    } else {
+        return *reinterpret_cast<const vec8*>(p);
+    }
+}
+
 // Stage rows b0 .. b0+nb-1 of the input into shared memory xs (nb, Cin) fp32: from x (fp32), or
 // from the embedding wte[ids] (layer 0, also written to xw by block 0), then RMSNorm with gain g
 // when g is given: xs = x * (1 / sqrt(mean(x^2) + eps)) * g (the NumPy reference's order).
-template <int R>
+template <int R, bool CG = false>
 __device__ void stage_rows(float* xs, const float* __restrict__ x, const act_t* __restrict__ wte,
                            const int* __restrict__ ids, float* xw, int b0, int nb, int Cin,
                            const act_t* __restrict__ g, float eps) {
@@ -56,7 +75,7 @@ __device__ void stage_rows(float* xs, const float* __restrict__ x, const act_t* 
             v = to_f(wte[(i64)ids[b0 + r] * Cin + c]);
             if (xw) xw[(i64)(b0 + r) * Cin + c] = v;
         } else {
-            v = x[(i64)(b0 + r) * Cin + c];
+            v = ldf<CG>(x + (i64)(b0 + r) * Cin + c);
         }
         xs[i] = v;
     }
@@ -293,10 +312,12 @@ extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_gateup_r##R(   
         const float* x, const act_t* g, const act_t* wt, float* s, int B, int C, int F, float eps) {  \
     dec_gateup_impl<R>(x, g, wt, s, B, C, F, eps);                                                    \
 }
+#ifndef DEC_STEP_R
 DEC_GEMV_KERNELS(1)
 DEC_GEMV_KERNELS(2)
 DEC_GEMV_KERNELS(4)
 DEC_GEMV_KERNELS(8)
+#endif
 
 #if HAS_MMA
 // ------------------------------------------------------------------------------------------------
@@ -511,9 +532,11 @@ extern "C" __global__ void __launch_bounds__(DEC_THREADS) dec_gateup_m##NT(     
         const float* x, const act_t* g, const act_t* wt, float* s, int B, int C, int F, float eps) {  \
     dec_gateup_mma_impl<NT>(x, g, wt, s, B, C, F, eps);                                               \
 }
+#ifndef DEC_STEP_R
 DEC_MMA_KERNELS(1)
 DEC_MMA_KERNELS(2)
 DEC_MMA_KERNELS(4)
+#endif
 #endif
 
 // ------------------------------------------------------------------------------------------------
@@ -526,25 +549,26 @@ DEC_MMA_KERNELS(4)
 // ACT (the captured cuBLAS step's variant, dec_attn_act_d*): the query read as act_t where the
 // projection left it (element strides qsb per sequence, qsh per head) and the output written as
 // act_t (from_f, the rounding of the cast it replaces); the same arithmetic otherwise.
-template <int D, bool ACT = false>
-__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
+// one (b, h, split) block's shared memory: NW * KW = 1024 / D groups of D partial outputs
+template <int D> struct AttnShared { float m[1024 / D], l[1024 / D], o[1024]; int last; };
+
+// The attention of one block of 128 threads (tid), (b, h) = bh, split sp of NS, its shared memory
+// sh and its barrier sync() (__syncthreads in dec_attn_d*, a named barrier for half a block in the
+// persistent step); CG: q and the cache read through L2 (the persistent step wrote them).
+template <int D, bool ACT, bool CG, class Sync>
+__device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh, Sync sync,
+                              const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
                               const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
                               int* tickets, float* att, act_t* atta,
                               const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
     constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
     constexpr int STEP = NW * KW;
-    __shared__ float sm_m[NW * KW], sm_l[NW * KW];
-    __shared__ float sm_o[NW * KW * D];
-    __shared__ int last;
-    const int NS = gridDim.y;
-    const int bh = blockIdx.x, sp = blockIdx.y;
+    static_assert(NW * KW == 1024 / D, "AttnShared's size");
     const int b = bh / H, h = bh - b * H;
     const int kh = h / (H / K);
-    PDL_LAUNCH();
-    PDL_WAIT();                                   // q and the cache row just written
     const int n = state[0] + 1;
     const int k0 = sp * CH, k1 = min(n, k0 + CH);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = tid >> 5, lane = tid & 31;
     const int grp = lane / LK, sub = lane - grp * LK;
     float qf[8];
     if constexpr (ACT) {
@@ -554,7 +578,7 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
     } else {
         const float* qp = q + (i64)bh * D + sub * 8;
 #pragma unroll
-        for (int i = 0; i < 8; i++) qf[i] = qp[i] * scale_log2;
+        for (int i = 0; i < 8; i++) qf[i] = ldf<CG>(qp + i) * scale_log2;
     }
     const act_t* kb = kc + ((i64)b * K + kh) * S * D + sub * 8;
     const act_t* vb = vc + ((i64)b * K + kh) * S * D + sub * 8;
@@ -568,8 +592,8 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
             if (key < k1) {
-                kv[u] = *reinterpret_cast<const vec8*>(kb + (i64)key * D);
-                vv[u] = *reinterpret_cast<const vec8*>(vb + (i64)key * D);
+                kv[u] = ld8<CG>(kb + (i64)key * D);
+                vv[u] = ld8<CG>(vb + (i64)key * D);
             }
         }
 #pragma unroll
@@ -605,21 +629,21 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
         }
     }
     const int gi = warp * KW + grp;
-    if (sub == 0) { sm_m[gi] = m; sm_l[gi] = l; }
+    if (sub == 0) { sh.m[gi] = m; sh.l[gi] = l; }
 #pragma unroll
-    for (int i = 0; i < 8; i++) sm_o[gi * D + sub * 8 + i] = o[i];
-    __syncthreads();
+    for (int i = 0; i < 8; i++) sh.o[gi * D + sub * 8 + i] = o[i];
+    sync();
     float* pp = part + ((i64)bh * NS + sp) * (D + 2);
-    for (int t = threadIdx.x; t < D; t += blockDim.x) {
+    for (int t = tid; t < D; t += 128) {
         float M = -INFINITY;
-        for (int gg = 0; gg < NW * KW; gg++) M = fmaxf(M, sm_m[gg]);
+        for (int gg = 0; gg < NW * KW; gg++) M = fmaxf(M, sh.m[gg]);
         float L = 0.f, O = 0.f;
         if (M > -INFINITY) {
             for (int gg = 0; gg < NW * KW; gg++) {
-                if (sm_m[gg] > -INFINITY) {
-                    float w = exp2f(sm_m[gg] - M);
-                    L = fmaf(sm_l[gg], w, L);
-                    O = fmaf(sm_o[gg * D + t], w, O);
+                if (sh.m[gg] > -INFINITY) {
+                    float w = exp2f(sh.m[gg] - M);
+                    L = fmaf(sh.l[gg], w, L);
+                    O = fmaf(sh.o[gg * D + t], w, O);
                 }
             }
         }
@@ -633,13 +657,13 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
     }
     if (NS == 1) return;
     __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(tickets + bh, 1) == NS - 1;
-    __syncthreads();
-    if (!last) return;
+    sync();
+    if (tid == 0) sh.last = atomicAdd(tickets + bh, 1) == NS - 1;
+    sync();
+    if (!sh.last) return;
     __threadfence();
     const float* pb = part + (i64)bh * NS * (D + 2);
-    for (int t = threadIdx.x; t < D; t += blockDim.x) {
+    for (int t = tid; t < D; t += 128) {
         float M = -INFINITY;
         for (int s = 0; s < NS; s++) M = fmaxf(M, __ldcg(pb + s * (D + 2) + D));
         float L = 0.f, O = 0.f;
@@ -654,7 +678,20 @@ __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restri
         if constexpr (ACT) atta[(i64)bh * D + t] = from_f(O / L);
         else att[(i64)bh * D + t] = O / L;
     }
-    if (threadIdx.x == 0) tickets[bh] = 0;
+    if (tid == 0) tickets[bh] = 0;
+}
+
+template <int D, bool ACT = false>
+__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
+                              const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
+                              int* tickets, float* att, act_t* atta,
+                              const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
+    __shared__ AttnShared<D> sh;
+    PDL_LAUNCH();
+    PDL_WAIT();                                   // q and the cache row just written
+    dec_attn_core<D, ACT, false>(threadIdx.x, blockIdx.x, blockIdx.y, gridDim.y, sh, [] { __syncthreads(); },
+                                 q, qa, qsb, qsh, kc, vc, part, tickets, att, atta, state, H, K, S, CH,
+                                 scale_log2);
 }
 
 #define DEC_ATTN_KERNEL(D)                                                                            \
@@ -663,11 +700,13 @@ extern "C" __global__ void __launch_bounds__(128) dec_attn_d##D(                
         const int* state, int H, int K, int S, int CH, float scale_log2) {                            \
     dec_attn_impl<D>(q, nullptr, 0, 0, kc, vc, part, tickets, att, nullptr, state, H, K, S, CH, scale_log2); \
 }
+#ifndef DEC_STEP_R
 DEC_ATTN_KERNEL(16)
 DEC_ATTN_KERNEL(32)
 DEC_ATTN_KERNEL(64)
 DEC_ATTN_KERNEL(128)
 DEC_ATTN_KERNEL(256)
+#endif
 
 #define DEC_ATTN_ACT_KERNEL(D)                                                                        \
 extern "C" __global__ void __launch_bounds__(128) dec_attn_act_d##D(                                \
@@ -676,11 +715,187 @@ extern "C" __global__ void __launch_bounds__(128) dec_attn_act_d##D(            
     dec_attn_impl<D, true>(nullptr, qa, qsb, qsh, kc, vc, part, tickets, nullptr, att, state, H, K, S, CH, \
                            scale_log2);                                                            \
 }
+#ifndef DEC_STEP_R
 DEC_ATTN_ACT_KERNEL(16)
 DEC_ATTN_ACT_KERNEL(32)
 DEC_ATTN_ACT_KERNEL(64)
 DEC_ATTN_ACT_KERNEL(128)
 DEC_ATTN_ACT_KERNEL(256)
+#endif
+
+// ------------------------------------------------------------------------------------------------
+// The whole model step as one persistent kernel (ops/cuda_decode.py, PERSIST): the launches of the
+// kernel path above (per layer dec_qkv, dec_attn, dec_proj (wo), dec_gateup, dec_proj (w_down); then
+// the head) become phases of one grid, separated by grid-wide barriers instead of kernel boundaries.
+// Each warp owns the same output (pair) in every product phase (item = block * 8 + warp) and reads
+// its weight rows for the next phase before it waits at the barrier, as the PDL launches read them
+// before griddepcontrol.wait. The arithmetic is the kernel path's, term for term (the same device
+// functions, the same order), so the logits are the same bits; what other blocks wrote in this
+// launch is read through L2 (CG). Conditions (the host checks them): one staging a phase (B <= R),
+// one item a warp (the grid covers the widest product), two attention blocks of 128 threads a CTA
+// cover B * H * NS, and every block resident at once (a cooperative launch, which refuses otherwise).
+//
+// The barrier: bar[0] counts arrivals and only grows (wrapping); bar[1] holds its value when the
+// launch began (block 0 writes it at the end), so the k-th barrier waits for bar[1] + k * gridDim.x.
+// lp: per layer 8 pointers: attn_norm, wqkv^T, wo^T, mlp_norm, w_gateup^T, w_down^T, key and value cache.
+__device__ __forceinline__ void grid_arrive(unsigned int* bar) {   // after this block's stores
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        // the add releases this block's writes (ordered before it by the barrier above); a full
+        // __threadfence then a relaxed add measured the same (H100, base fp16, batch 1: 2,827 / 2,868)
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(bar) : "memory");
+    }
+}
+__device__ __forceinline__ void grid_wait(const unsigned int* bar, unsigned int& target) {
+    target += gridDim.x;
+    if (threadIdx.x == 0) {
+        unsigned int v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        } while ((int)(v - target) < 0);
+    }
+    __syncthreads();
+}
+
+// lane r's value of acc[r] (r < R), as the kernel path's stores pick it
+template <int R> __device__ __forceinline__ float pick(const float* acc, int lane) {
+    float a = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++) if (r == lane) a = acc[r];
+    return a;
+}
+
+// the persistent step's attention phase for block vb of 128 threads (half a CTA, named barrier id),
+// (inlined: a call would save the registers live across it)
+template <int D>
+__device__ __forceinline__ void step_attn(int vb, int NS, AttnShared<D>& sh, unsigned int id, const float* q,
+                                       const act_t* kc, const act_t* vc, float* part, int* tickets, float* att,
+                                       const int* state, int H, int K, int S, int CH, float scale_log2) {
+    dec_attn_core<D, false, true>(threadIdx.x & 127, vb / NS, vb % NS, NS, sh,
+                                  [id] { asm volatile("bar.sync %0, 128;" :: "r"(id) : "memory"); },
+                                  q, nullptr, 0, 0, kc, vc, part, tickets, att, nullptr, state, H, K, S, CH,
+                                  scale_log2);
+}
+
+template <int R, int D>
+__device__ void dec_step_impl(float* x, const int* __restrict__ ids, const act_t* __restrict__ wte,
+                              const unsigned long long* __restrict__ lp, int L, const act_t* __restrict__ head,
+                              const act_t* __restrict__ gf, const float* __restrict__ cosb,
+                              const float* __restrict__ sinb, float* q, float* att, float* s, float* part,
+                              int* tickets, float* logits, int* state, unsigned int* bar, int B, int C, int H,
+                              int K, int S, int F, int V, int NS, int CH, float eps, float scale_log2) {
+    extern __shared__ float xs[];
+    __shared__ AttnShared<D> ash[2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd = D / 2, n_rot = (H + K) * hd, n_qkv = (H + 2 * K) * hd, HD = H * D;
+    const int item = blockIdx.x * DEC_WARPS + warp;
+    const int pos = state[0];
+    unsigned int target = __ldcg(bar + 1);
+    // a phase's weight rows, read after this block arrives at the barrier before it and before it
+    // waits there (each phase loads the pointers it uses where it uses them)
+    vec8 w1[NCH], w2[NCH];
+    int j1 = 0, j2 = 0, qh = 0, qi = 0;
+    if (item < n_rot) qkv_rows(true, item, 1, H, K, D, qh, qi, j1, j2);
+    else qkv_rows(false, 2 * (item - n_rot), 1, H, K, D, qh, qi, j1, j2);
+    if (item < n_qkv) { fetch_row((const act_t*)lp[1] + (i64)j1 * C, C, w1); fetch_row((const act_t*)lp[1] + (i64)j2 * C, C, w2); }
+    for (int l = 0; l < L; l++) {
+        const unsigned long long* P = lp + 8 * l;
+        {   // qkv (dec_qkv): w1, w2 are rows j1, j2
+            if (l > 0) grid_wait(bar, target);
+            stage_rows<R, true>(xs, x, l == 0 ? wte : nullptr, l == 0 ? ids : nullptr,
+                                l == 0 && blockIdx.x == 0 ? x : nullptr, 0, B, C, (const act_t*)P[0], eps);
+            if (item < n_qkv) {
+                const act_t* wqkv = (const act_t*)P[1];
+                float a1[R], a2[R];
+                warp_dot<R>(wqkv + (i64)j1 * C, w1, xs, C, B, a1);
+                warp_dot<R>(wqkv + (i64)j2 * C, w2, xs, C, B, a2);
+                if (lane < B)
+                    qkv_store(pick<R>(a1, lane), pick<R>(a2, lane), item < n_rot, qh, qi, 1, lane, pos, cosb, sinb,
+                              q, (act_t*)P[6], (act_t*)P[7], H, K, D, S);
+            }
+            grid_arrive(bar);
+            grid_wait(bar, target);
+        }
+        {   // attention (dec_attn): two blocks of 128 threads a CTA, each with its own named barrier
+            const int half = warp >> 2, vb = blockIdx.x * 2 + half;
+            if (vb < B * H * NS)
+                step_attn<D>(vb, NS, ash[half], 1 + half, q, (const act_t*)P[6], (const act_t*)P[7], part, tickets,
+                             att, state, H, K, S, CH, scale_log2);
+            grid_arrive(bar);
+            if (item < C) fetch_row((const act_t*)P[2] + (i64)item * HD, HD, w1);
+            grid_wait(bar, target);
+        }
+        {   // x += att . wo (dec_proj): w1 is row item
+            stage_rows<R, true>(xs, att, nullptr, nullptr, nullptr, 0, B, HD, nullptr, eps);
+            if (item < C) {
+                float acc[R];
+                warp_dot<R>((const act_t*)P[2] + (i64)item * HD, w1, xs, HD, B, acc);
+                if (lane < B) { float* p = x + (i64)lane * C + item; *p = __fadd_rn(__ldcg(p), pick<R>(acc, lane)); }
+            }
+            grid_arrive(bar);
+            if (item < F) {
+                fetch_row((const act_t*)P[4] + (i64)item * C, C, w1);
+                fetch_row((const act_t*)P[4] + (i64)(F + item) * C, C, w2);
+            }
+            grid_wait(bar, target);
+        }
+        {   // gate/up + SwiGLU (dec_gateup): w1, w2 are rows item, F + item
+            stage_rows<R, true>(xs, x, nullptr, nullptr, nullptr, 0, B, C, (const act_t*)P[3], eps);
+            if (item < F) {
+                const act_t* wgu = (const act_t*)P[4];
+                float a1[R], a2[R];
+                warp_dot<R>(wgu + (i64)item * C, w1, xs, C, B, a1);
+                warp_dot<R>(wgu + (i64)(F + item) * C, w2, xs, C, B, a2);
+                if (lane < B) s[(i64)lane * F + item] = swiglu1(pick<R>(a1, lane), pick<R>(a2, lane));
+            }
+            grid_arrive(bar);
+            if (item < C) fetch_row((const act_t*)P[5] + (i64)item * F, F, w1);
+            grid_wait(bar, target);
+        }
+        {   // x += s . w_down (dec_proj): w1 is row item
+            stage_rows<R, true>(xs, s, nullptr, nullptr, nullptr, 0, B, F, nullptr, eps);
+            if (item < C) {
+                float acc[R];
+                warp_dot<R>((const act_t*)P[5] + (i64)item * F, w1, xs, F, B, acc);
+                if (lane < B) { float* p = x + (i64)lane * C + item; *p = __fadd_rn(__ldcg(p), pick<R>(acc, lane)); }
+            }
+            grid_arrive(bar);
+            if (l + 1 < L) {   // the next layer's qkv rows
+                if (item < n_qkv) {
+                    const act_t* wn = (const act_t*)P[8 + 1];
+                    fetch_row(wn + (i64)j1 * C, C, w1);
+                    fetch_row(wn + (i64)j2 * C, C, w2);
+                }
+            } else if (item < V) {
+                fetch_row(head + (i64)item * C, C, w1);
+            }
+        }
+    }
+    {   // RMSNorm + the head (dec_proj, accumulate 0): w1 is row item
+        grid_wait(bar, target);
+        stage_rows<R, true>(xs, x, nullptr, nullptr, nullptr, 0, B, C, gf, eps);
+        if (item < V) {
+            float acc[R];
+            warp_dot<R>(head + (i64)item * C, w1, xs, C, B, acc);
+            if (lane < B) logits[(i64)lane * V + item] = pick<R>(acc, lane);
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) { state[0] += 1; state[1] += 1; bar[1] = target; }
+}
+
+#define DEC_STEP_KERNEL(R, D)                                                                         \
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_step_r##R##_d##D(                     \
+        float* x, const int* ids, const act_t* wte, const unsigned long long* lp, int L, const act_t* head, \
+        const act_t* gf, const float* cosb, const float* sinb, float* q, float* att, float* s, float* part, \
+        int* tickets, float* logits, int* state, unsigned int* bar, int B, int C, int H, int K, int S,   \
+        int F, int V, int NS, int CH, float eps, float scale_log2) {                                   \
+    dec_step_impl<R, D>(x, ids, wte, lp, L, head, gf, cosb, sinb, q, att, s, part, tickets, logits, state, \
+                        bar, B, C, H, K, S, F, V, NS, CH, eps, scale_log2);                             \
+}
+#ifdef DEC_STEP_R      // a module of its own a (R, D): ops/cuda_decode.py compiles the one it launches
+#define DEC_STEP_KERNEL_EXPANDED(R, D) DEC_STEP_KERNEL(R, D)     // the -D values expanded before ## pastes them
+DEC_STEP_KERNEL_EXPANDED(DEC_STEP_R, DEC_STEP_D)
+#endif
 
 // ------------------------------------------------------------------------------------------------
 // Sampling on the device, one block per sequence, with the CPU's rules and seed semantics

@@ -42,6 +42,12 @@ PDL = True                     # the kernel path's launches with programmatic de
                                # capability 9.0+ (ops/cuda_launch.py): each kernel reads its weights while the
                                # one before finishes; the same bits. H200, base fp16: batch 1 2,867 -> 3,449
                                # tokens/s, batch 4 level (benchmarks/README.md). False (or BYTEMODEL_PDL=0): off
+PERSIST = False                # the kernel path's model step as one persistent kernel (gpu/decode.cu dec_step_*:
+                               # its launches become phases between grid-wide barriers, launched cooperatively),
+                               # where it fits (_persist_setup); the same bits. Off, as measured (H100, base fp16,
+                               # 512 tokens: batch 1 2,868 against 3,309 tokens/s with the PDL launches, batch 4
+                               # 6,129 against 6,027; bf16 batch 1 2,141 against 3,360: benchmarks/README.md).
+                               # True turns it on; BYTEMODEL_PERSIST=0 keeps it off whatever this says
 BLAS_GRAPH = True              # above GRAPH_MAX_BATCH: the cuBLAS step captured as a graph (gpu/step.cu makes
                                # it position-free); False: the same ops launched from Python every step
 MMA_MAX_BATCH = 0              # batches GRAPH_MAX_BATCH < B <= this: the kernel path with tensor-core products
@@ -410,6 +416,37 @@ class Decoder:
             if need > 48 * 1024 and fn.max_dynamic_shared_size_bytes < need:
                 fn.max_dynamic_shared_size_bytes = need
         self.scale_log2 = _scale_log2(D)
+        self.persist = None if self.mma else self._persist_setup(B, C, F, H, K, D, Vm)
+
+    def _persist_setup(self, B, C, F, H, K, D, Vm):
+        """The launch of dec_step_r{R}_d{D} (the whole model step in one grid) when it applies, else
+        None: one staging a phase (B <= R), a warp an output in every product and two attention
+        blocks a CTA (the grid G below), and G blocks resident at once on this GPU."""
+        if not PERSIST or os.environ.get("BYTEMODEL_PERSIST") == "0" or self.R < B:
+            return None
+        from .cuda_ops import DECODE_HEAD_DIMS
+        if D not in DECODE_HEAD_DIMS:
+            return None
+        try:
+            from .cuda_launch import COOPERATIVE, Launcher
+            launcher = Launcher(COOPERATIVE)
+            fn = _module(_FILE, self.ops.precision, (f"DEC_STEP_R={self.R}", f"DEC_STEP_D={D}")).get_function(
+                f"dec_step_r{self.R}_d{D}")
+            smem = self.R * max(C, F, H * D) * 4
+            if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
+                fn.max_dynamic_shared_size_bytes = smem
+            w = _THREADS // 32
+            G = max(-(-((H + 2 * K) * D // 2) // w), -(-C // w), -(-F // w), -(-Vm // w), -(-(B * H * self.NS) // 2))
+            if launcher.blocks_per_sm(fn.kernel.ptr, _THREADS, smem) * self.ops.sm_count < G:
+                return None
+        except Exception:       # no driver entry point: the launches one by one
+            return None
+        ptrs = []
+        for L, (kc, vc) in zip(self.layers, self.cache):
+            ptrs += [int(a.data.ptr) for a in (L["g1"], L["wqkv"], L["wo"], L["g2"], L["wgu"], L["wd"], kc, vc)]
+        self.lp = cp.asarray(np.array(ptrs, dtype=np.uint64))
+        self.bar = cp.zeros((2,), dtype=cp.uint32)
+        return launcher, fn, G, smem
 
     def _pdl_setup(self):
         """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, a probe
@@ -449,6 +486,14 @@ class Decoder:
         else:            # a warp per output (pair), 8 warps a block
             g_qkv, g_gu = wb((H + 2 * K) * D // 2), wb(F)
             g_out = wb
+        if self.persist is not None:
+            launcher, fn, G, smem = self.persist
+            launcher(fn.kernel.ptr, (G,), (_THREADS,),
+                     (self.x, self.sampler.ids, self.wte, self.lp, i32(cfg.n_layers), self.head, self.g_f, self.cos,
+                      self.sin, self.q, self.att, self.s, self.part, self.tickets, self.logits, self.state,
+                      self.bar, i32(B), i32(C), i32(H), i32(K), i32(S), i32(F), i32(Vm), i32(self.NS),
+                      i32(self.CH), eps, np.float32(self.scale_log2)), smem, self.stream.ptr)
+            return
         kp = self.k_proj_w
         for i, L in enumerate(self.layers):
             kc, vc = self.cache[i]

@@ -21,6 +21,7 @@ import ctypes
 
 import numpy as np
 
+COOPERATIVE = 2                           # CUlaunchAttributeID (cuda.h): every block resident at once
 PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CUlaunchAttributeID (cuda.h)
 
 
@@ -59,15 +60,29 @@ def kernel_args(args) -> list:
 
 
 class Launcher:
-    """cuLaunchKernelEx with programmatic stream serialization allowed."""
+    """cuLaunchKernelEx with one launch attribute set: programmatic stream serialization allowed
+    (the default), or COOPERATIVE (a grid whose blocks wait for each other: the driver refuses
+    the launch unless every block can be resident at once)."""
 
-    def __init__(self):
+    def __init__(self, attribute: int = PROGRAMMATIC_STREAM_SERIALIZATION):
         self._lib = ctypes.CDLL("libcuda.so.1")
         self._fn = self._lib.cuLaunchKernelEx
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                              ctypes.c_void_p]
-        self._attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+        self._attr = LaunchAttribute(id=attribute, value=1)
+
+    def blocks_per_sm(self, function_ptr: int, block: int, shared_mem: int) -> int:
+        """How many blocks of this kernel one multiprocessor holds at once
+        (cuOccupancyMaxActiveBlocksPerMultiprocessor)."""
+        n = ctypes.c_int(0)
+        fn = self._lib.cuOccupancyMaxActiveBlocksPerMultiprocessor
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        err = fn(ctypes.byref(n), ctypes.c_void_p(int(function_ptr)), int(block), int(shared_mem))
+        if err:
+            raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor: error {err}")
+        return n.value
 
     def __call__(self, function_ptr: int, grid, block, args, shared_mem: int, stream_ptr: int) -> None:
         grid, block = tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block))

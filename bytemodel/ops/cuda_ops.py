@@ -114,10 +114,11 @@ def _source(name: str) -> str:
 _MODULES: dict = {}
 
 
-def _module(file: str, precision: str):
-    key = (file, precision)
+def _module(file: str, precision: str, defines: tuple = ()):
+    """file compiled for precision (once a process; CuPy keeps the binaries on disk), with -D defines."""
+    key = (file, precision, defines)
     if key not in _MODULES:
-        opts = ("-std=c++17", f"-D{_MACRO[precision]}")
+        opts = ("-std=c++17", f"-D{_MACRO[precision]}") + tuple(f"-D{d}" for d in defines)
         if file == "flash_attn.cu":
             opts += ("--use_fast_math",)     # ex2.approx / rcp.approx in the softmax; ftz
         _MODULES[key] = cp.RawModule(code=_source(file), options=opts)
