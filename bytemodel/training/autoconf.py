@@ -20,6 +20,8 @@ small costs about 12x one of tiny, too slow to finish in reasonable time on a la
 """
 from __future__ import annotations
 
+import math
+
 from ..config import PRESETS
 from ..errors import ConfigError
 
@@ -33,6 +35,14 @@ PRESET_TRAIN = {
     "base": dict(lr=6e-4, warmup=200, batch_size=32, eval_every=250),   # sweep: best of 3e-4/6e-4/1.2e-3
 }
 
+VAL_SHARE = 0.05          # a time-budget run left the preset's eval_every validates (and saves) at most
+                          # this share of its training time: its cadence is set at the plan step from
+                          # the step and the validation+save measured there (eval_cadence). On the
+                          # four-genome split (2M validation tokens, base, H100, 3.5 min) a validation and
+                          # save took 1.5 s, 28 steps' time: every 250 steps that was 13 of them, and
+                          # every 1,000 steps gave 1.5909 bits/base where every 250 gave 1.6484
+                          # (benchmarks/README.md, "Validation kept to a share of the budget")
+EVAL_ROUND = 50           # the cadence it sets is a multiple of this
 PARAMS_PER_BYTE = 20      # at most this many parameters per training byte (see the preset rule)
 CPU_SMALL_CORES = 8       # a CPU with at least this many cores may train small
 CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of the tail (evenly
@@ -205,6 +215,17 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
             tc.dropout = auto_dropout(passes, nucleotides)
         if tc.dropout_attn == -1:
             tc.dropout_attn = auto_dropout_attn(passes, nucleotides)
+
+
+def eval_cadence(every: int, step_s: float, boundary_s: float) -> int:
+    """The steps between validations of a time-budget run whose eval_every was left to the run:
+    the preset's `every`, or more where one validation and save (boundary_s, measured at the plan
+    step) would cost over VAL_SHARE of the training time between two (step_s a step), rounded up
+    to EVAL_ROUND."""
+    if not (step_s > 0 and boundary_s > 0 and math.isfinite(step_s) and math.isfinite(boundary_s)):
+        return every
+    need = boundary_s / (VAL_SHARE * step_s)
+    return max(every, int(math.ceil(need / EVAL_ROUND)) * EVAL_ROUND)
 
 
 def dropout_at_plan(tc, planned: int, context: int, train_tokens: int,

@@ -36,7 +36,7 @@ from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
 from ..validation import note_ignored_on_resume
 from . import distributed, plateau
 from .runner import Runner
-from .autoconf import dropout_at_plan, dropout_passes, planned_passes
+from .autoconf import VAL_SHARE, dropout_at_plan, dropout_passes, eval_cadence, planned_passes
 from .budget import REPLAN_STEPS, Budget
 from .saver import Saver
 from .optim import LossScaler, extend_schedule, lr_at
@@ -86,10 +86,21 @@ class LoopState:
     val_se: float | None = None
     loss: float | None = None        # the last step's training loss
     interrupted: bool = False
+    eval_every: int = 0              # steps between validations the time budget's plan set (autoconf.eval_cadence);
+                                     # 0: the settings' (tc.eval_every)
 
     def to_dict(self) -> dict:
         return {"planned_steps": self.planned, "lr_from": self.lr_from, "stop_reason": self.stop_reason,
-                "cuts": self.cuts}
+                "cuts": self.cuts, "eval_every": self.eval_every}
+
+
+def saved_eval_every(loaded) -> int:
+    """The cadence a checkpoint's plan set (0 where it set none, or is older than the rule), checked."""
+    loop = loaded.train.get("loop", {})
+    n = loop.get("eval_every", 0) if isinstance(loop, dict) else 0
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise CheckpointError(f"{loaded.path}: the training state's eval_every is not valid ({n!r})")
+    return n
 
 
 def loss_weights(mask, scale: float, shape: tuple[int, int]):
@@ -284,6 +295,7 @@ class Loop:
             return ""
         old, st.lr_from = saved_schedule(loaded)
         st.cuts = plateau.saved_cuts(loaded)
+        st.eval_every = saved_eval_every(loaded)
         if st.planned == UNPLANNED or old == UNPLANNED:   # a time budget not yet planned: its own rule
             return ""
         st.lr_from, note = extend_schedule(self.tc, st.step, old, st.planned, st.lr_from)
@@ -331,7 +343,7 @@ class Loop:
                         self.finish(st.step - 1, *self.settle(pending), boundary=False)
                         pending = None
                     at_plan = st.step == self.plan_at
-                    boundary = st.step % tc.eval_every == 0 or st.step == st.planned or stop.set or at_plan
+                    boundary = st.step % self.every == 0 or st.step == st.planned or stop.set or at_plan
                     if boundary:
                         spent = self.finish(st.step, *self.settle(launched), boundary=True,
                                             stopping=stop.set, at_plan=at_plan)
@@ -479,20 +491,38 @@ class Loop:
         return self.corpus.score(self.runner.nll, self.run_.tok, self.T, self.tc.eval_tokens,
                                  self.runner.score_batch)
 
+    @property
+    def every(self) -> int:
+        """Steps between validations: the plan's cadence, else the settings'."""
+        return self.state.eval_every or self.tc.eval_every
+
     def _plan(self, spent: float) -> None:
-        """At the plan step of a time budget: fix the total from the measured step and boundary times."""
-        st, budget = self.state, self.budget
+        """At the plan step of a time budget: fix the total from the measured step and boundary times,
+        and the validation cadence where eval_every was left to the run: a run planned below the
+        passes at which its data drops (so not expected to over-fit within the budget: the split of
+        four genomes, a whole genome) validates at most VAL_SHARE of its training time
+        (autoconf.eval_cadence) and is planned again with it; one expected to over-fit keeps the
+        preset's cadence, which its plateau cuts and its best weights need."""
+        st, budget, tc = self.state, self.budget, self.tc
         step_s = budget.step_seconds(self.plan_at, self.start)
-        st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.tc.eval_every), st.step))
+        st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.every), st.step))
         self.plan_at = None
-        self.bar.set_total(st.planned)
-        self.log(f"time budget {self.tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
-                 f"validation+save measured; {st.planned} steps planned")
-        tc = self.tc
         dna = self.run_.nucleotides   # prepare's on a fresh run's rank 0; else looked at here where it counts
         if dna is None:
             dna = (tc.minutes > 0 and not tc.parent and -1 in (tc.dropout, tc.dropout_attn)
                    and nucleotide_data(self.corpus, self.run_.tok))
+        every = tc.eval_every
+        if self.run_.eval_auto and planned_passes(st.planned, tc.batch_size, self.T,
+                                                  len(self.corpus.train)) < dropout_passes(dna):
+            every = eval_cadence(tc.eval_every, step_s, spent)
+        st.eval_every = self.world.bcast(every if every != tc.eval_every else 0)
+        if st.eval_every:
+            st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.every), st.step))
+        self.bar.set_total(st.planned)
+        cadence = (f"; validation every {self.every} steps (under {VAL_SHARE:.0%} of the training time: "
+                   f"fewer passes planned than drop)" if st.eval_every else "")
+        self.log(f"time budget {tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
+                 f"validation+save measured; {st.planned} steps planned{cadence}")
         p, pa = dropout_at_plan(tc, st.planned, self.T, len(self.corpus.train), dna)
         if p is not None or pa is not None:   # auto: by the passes planned and the data (autoconf.auto_dropout)
             self.cfg.dropout = self.cfg.dropout if p is None else p
@@ -511,7 +541,7 @@ class Loop:
         self.replan_from = None
         if not math.isfinite(step_s):
             return
-        st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.tc.eval_every), st.step + 1))
+        st.planned = self.world.bcast(max(budget.plan(st.step, step_s, spent, self.every), st.step + 1))
         self.bar.set_total(st.planned)
         self.log(f"time budget {self.tc.minutes:g} min with dropout: {step_s * 1e3:.1f} ms/step measured; "
                  f"{st.planned} steps planned")

@@ -45,6 +45,8 @@ class Run:
     notes: tuple = ()            # lines about settings prepare() changed (a warmup scaled to the run)
     nucleotides: bool | None = None   # every training byte a nucleotide code (nucleotide_data); None: not
                                       # looked at (a resume, a fine-tune, ranks other than 0)
+    eval_auto: bool = False      # a fresh run's eval_every was left to the run (0): a time budget sets its
+                                 # cadence at the plan step (autoconf.eval_cadence); known on rank 0 only
 
 
 def next_run_dir(source: str, root: Path = Path("runs")) -> Path:
@@ -186,6 +188,7 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     if (run_dir / ckpt.CKPT_NAME).exists():
         raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
     ctx0 = tc.context or PRESETS["tiny" if tc.preset == "auto" else tc.preset]["context"]
+    eval_auto = tc.eval_every == 0           # before resolve gives it the preset's
     tile_note = _tile_images(tc)
     # merges learn from streamed pieces: no document held whole
     tok = _make_tokenizer(tc, lambda: stream_documents(tc.source, tc.reader or None))
@@ -210,7 +213,7 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     cfg = make_preset(tc.preset, tok.vocab_size, **{**tc.model, "context": ctx, "dropout": max(tc.dropout, 0.0),
                                                     "dropout_attn": max(tc.dropout_attn, 0.0)})
     run = _finish(tc, run_dir, tok, corpus, cfg)
-    return dataclasses.replace(run, notes=notes + run.notes, nucleotides=dna)
+    return dataclasses.replace(run, notes=notes + run.notes, nucleotides=dna, eval_auto=eval_auto)
 
 
 def _tile_images(tc: TrainConfig) -> str:
