@@ -724,7 +724,7 @@ DEC_ATTN_ACT_KERNEL(256)
 #endif
 
 // ------------------------------------------------------------------------------------------------
-// The whole model step as one persistent kernel (ops/cuda_decode.py, PERSIST): the launches of the
+// The whole model step as one persistent kernel, dec_step (ops/cuda_decode.py, PERSIST): the launches of the
 // kernel path above (per layer dec_qkv, dec_attn, dec_proj (wo), dec_gateup, dec_proj (w_down); then
 // the head) become phases of one grid, separated by grid-wide barriers instead of kernel boundaries.
 // Each warp owns the same output (pair) in every product phase (item = block * 8 + warp) and reads
@@ -777,6 +777,20 @@ __device__ __forceinline__ void step_attn(int vb, int NS, AttnShared<D>& sh, uns
                                   scale_log2);
 }
 
+// a projection into the residual stream (dec_proj, accumulate 1) as a phase of the persistent step:
+// the input in (B, Cin) staged, then x[b, item] += in[b] . wt[item] (w1: the row's first chunks)
+template <int R>
+__device__ __forceinline__ void step_residual(float* xs, const float* in, int Cin, const act_t* wt, const vec8* w1,
+                                              float* x, int B, int C, int item, float eps) {
+    const int lane = threadIdx.x & 31;
+    stage_rows<R, true>(xs, in, nullptr, nullptr, nullptr, 0, B, Cin, nullptr, eps);
+    if (item < C) {
+        float acc[R];
+        warp_dot<R>(wt + (i64)item * Cin, w1, xs, Cin, B, acc);
+        if (lane < B) { float* p = x + (i64)lane * C + item; *p = __fadd_rn(__ldcg(p), pick<R>(acc, lane)); }
+    }
+}
+
 template <int R, int D>
 __device__ void dec_step_impl(float* x, const int* __restrict__ ids, const act_t* __restrict__ wte,
                               const unsigned long long* __restrict__ lp, int L, const act_t* __restrict__ head,
@@ -826,12 +840,7 @@ __device__ void dec_step_impl(float* x, const int* __restrict__ ids, const act_t
             grid_wait(bar, target);
         }
         {   // x += att . wo (dec_proj): w1 is row item
-            stage_rows<R, true>(xs, att, nullptr, nullptr, nullptr, 0, B, HD, nullptr, eps);
-            if (item < C) {
-                float acc[R];
-                warp_dot<R>((const act_t*)P[2] + (i64)item * HD, w1, xs, HD, B, acc);
-                if (lane < B) { float* p = x + (i64)lane * C + item; *p = __fadd_rn(__ldcg(p), pick<R>(acc, lane)); }
-            }
+            step_residual<R>(xs, att, HD, (const act_t*)P[2], w1, x, B, C, item, eps);
             grid_arrive(bar);
             if (item < F) {
                 fetch_row((const act_t*)P[4] + (i64)item * C, C, w1);
@@ -853,12 +862,7 @@ __device__ void dec_step_impl(float* x, const int* __restrict__ ids, const act_t
             grid_wait(bar, target);
         }
         {   // x += s . w_down (dec_proj): w1 is row item
-            stage_rows<R, true>(xs, s, nullptr, nullptr, nullptr, 0, B, F, nullptr, eps);
-            if (item < C) {
-                float acc[R];
-                warp_dot<R>((const act_t*)P[5] + (i64)item * F, w1, xs, F, B, acc);
-                if (lane < B) { float* p = x + (i64)lane * C + item; *p = __fadd_rn(__ldcg(p), pick<R>(acc, lane)); }
-            }
+            step_residual<R>(xs, s, F, (const act_t*)P[5], w1, x, B, C, item, eps);
             grid_arrive(bar);
             if (l + 1 < L) {   // the next layer's qkv rows
                 if (item < n_qkv) {
@@ -883,18 +887,15 @@ __device__ void dec_step_impl(float* x, const int* __restrict__ ids, const act_t
     if (blockIdx.x == 0 && threadIdx.x == 0) { state[0] += 1; state[1] += 1; bar[1] = target; }
 }
 
-#define DEC_STEP_KERNEL(R, D)                                                                         \
-extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_step_r##R##_d##D(                     \
-        float* x, const int* ids, const act_t* wte, const unsigned long long* lp, int L, const act_t* head, \
-        const act_t* gf, const float* cosb, const float* sinb, float* q, float* att, float* s, float* part, \
-        int* tickets, float* logits, int* state, unsigned int* bar, int B, int C, int H, int K, int S,   \
-        int F, int V, int NS, int CH, float eps, float scale_log2) {                                   \
-    dec_step_impl<R, D>(x, ids, wte, lp, L, head, gf, cosb, sinb, q, att, s, part, tickets, logits, state, \
-                        bar, B, C, H, K, S, F, V, NS, CH, eps, scale_log2);                             \
+#ifdef DEC_STEP_R      // a module of its own a (R, D) (ops/cuda_decode.py compiles the one it launches)
+extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_step(
+        float* x, const int* ids, const act_t* wte, const unsigned long long* lp, int L, const act_t* head,
+        const act_t* gf, const float* cosb, const float* sinb, float* q, float* att, float* s, float* part,
+        int* tickets, float* logits, int* state, unsigned int* bar, int B, int C, int H, int K, int S,
+        int F, int V, int NS, int CH, float eps, float scale_log2) {
+    dec_step_impl<DEC_STEP_R, DEC_STEP_D>(x, ids, wte, lp, L, head, gf, cosb, sinb, q, att, s, part, tickets, logits,
+                                          state, bar, B, C, H, K, S, F, V, NS, CH, eps, scale_log2);
 }
-#ifdef DEC_STEP_R      // a module of its own a (R, D): ops/cuda_decode.py compiles the one it launches
-#define DEC_STEP_KERNEL_EXPANDED(R, D) DEC_STEP_KERNEL(R, D)     // the -D values expanded before ## pastes them
-DEC_STEP_KERNEL_EXPANDED(DEC_STEP_R, DEC_STEP_D)
 #endif
 
 // ------------------------------------------------------------------------------------------------

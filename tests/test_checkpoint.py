@@ -28,7 +28,8 @@ def _rewrite(path, **train):
 def test_loop_state_is_saved_and_an_older_checkpoint_resumes_the_same(tmp_path, dna_file, fast_settings):
     straight = bytemodel.train(dna_file, tmp_path / "a", steps=10, **fast_settings)
     assert ck.load(straight.checkpoint).train["loop"] == {"planned_steps": 10, "lr_from": [],
-                                                        "stop_reason": "finished 10 steps", "cuts": []}
+                                                        "stop_reason": "finished 10 steps", "cuts": [],
+                                                        "eval_every": 0}
     part = bytemodel.train(dna_file, tmp_path / "b", steps=10, stop_at=4, **fast_settings)
     st = ck.load(part.checkpoint).train
     assert st["loop"]["planned_steps"] == 10 and st["loop"]["stop_reason"].startswith("interrupted: saved step 4")

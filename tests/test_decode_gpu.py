@@ -262,17 +262,27 @@ def test_pdl_launches_give_the_same_logits_and_ids(B, precision, monkeypatch):
     sampled ids bit for bit, to the end of the cache (the same arithmetic; a missing wait would
     read a buffer before the kernel before has written it). On a 9.0+ GPU PDL must be the one
     that ran."""
+    from bytemodel.ops import gpu_capability
+    (a, ta), (b, tb) = _kernel_path_on_and_off(CONFIGS[2], precision, B, "PDL", monkeypatch,
+                                               lambda d, on: (d.pdl is not None) == (on and gpu_capability() >= (9, 0)))
+    assert np.array_equal(a, b) and np.array_equal(ta, tb)
+
+
+def _kernel_path_on_and_off(config, precision, B, flag, monkeypatch, ran):
+    """The kernel path's steps (graph decoder, a 4-token prompt, sampled ids fed back, to the end of
+    the cache) with cuda_decode.<flag> on, then off: [(logits every step, ids)] for each; ran(d, on)
+    must hold for each decoder (the path asked for is the one built)."""
     import cupy as cp
-    from bytemodel.ops import cuda_decode, gpu_capability
-    cfg = ModelConfig(**CONFIGS[2])
+    from bytemodel.ops import cuda_decode
+    cfg = ModelConfig(**config)
     _, gpu = models(cfg, precision, seed=2)
     prompt = cp.asarray(np.random.default_rng(B).integers(0, cfg.vocab_size, (B, 4)))
     W = gpu.weights()
     runs = []
     for on in (True, False):
-        monkeypatch.setattr(cuda_decode, "PDL", on)
+        monkeypatch.setattr(cuda_decode, flag, on)
         d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=3, temperature=0.9, top_k=0, top_p=1.0, graph=True)
-        assert (d.pdl is not None) == (on and gpu_capability() >= (9, 0))
+        assert ran(d, on)
         lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
         d.begin(lg[:, -1, :], 4, W)
         logits = []
@@ -281,39 +291,20 @@ def test_pdl_launches_give_the_same_logits_and_ids(B, precision, monkeypatch):
             d.stream.synchronize()
             logits.append(cp.asnumpy(d.logits))
         runs.append((np.stack(logits), d.tokens(0, cfg.context - 4)))
-    (a, ta), (b, tb) = runs
-    assert np.array_equal(a, b) and np.array_equal(ta, tb)
+    return runs
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("B", [1, 2, 3, 4])
 @pytest.mark.parametrize("ci", range(len(CONFIGS)))
 def test_persistent_step_gives_the_launches_bits(ci, B, precision, monkeypatch):
-    """The model step as one persistent kernel (gpu/decode.cu dec_step_*, cuda_decode.PERSIST)
+    """The model step as one persistent kernel (gpu/decode.cu dec_step, cuda_decode.PERSIST)
     against the same kernels launched one by one: every step's logits and sampled ids bit for bit,
     to the end of the cache (the same arithmetic; a barrier too few, a block reading a stale copy
     of what another wrote, or a wrong weight row would differ). With PERSIST on it must be the
     path that ran."""
-    import cupy as cp
-    from bytemodel.ops import cuda_decode
-    cfg = ModelConfig(**CONFIGS[ci])
-    _, gpu = models(cfg, precision, seed=2)
-    prompt = cp.asarray(np.random.default_rng(B).integers(0, cfg.vocab_size, (B, 4)))
-    W = gpu.weights()
-    runs = []
-    for on in (True, False):
-        monkeypatch.setattr(cuda_decode, "PERSIST", on)
-        d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=3, temperature=0.9, top_k=0, top_p=1.0, graph=True)
-        assert (d.persist is not None) == on
-        lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
-        d.begin(lg[:, -1, :], 4, W)
-        logits = []
-        for _ in range(cfg.context - 4):
-            d.step(1)
-            d.stream.synchronize()
-            logits.append(cp.asnumpy(d.logits))
-        runs.append((np.stack(logits), d.tokens(0, cfg.context - 4)))
-    (a, ta), (b, tb) = runs
+    (a, ta), (b, tb) = _kernel_path_on_and_off(CONFIGS[ci], precision, B, "PERSIST", monkeypatch,
+                                               lambda d, on: (d.persist is not None) == on)
     assert np.array_equal(a, b) and np.array_equal(ta, tb)
 
 

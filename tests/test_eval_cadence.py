@@ -68,3 +68,14 @@ def test_a_budget_below_the_dropping_passes_validates_less(tmp_path, dna_file, f
     g = bytemodel.train(dna_file, tmp_path / "given", minutes=1.3, stop_at=250, eval_every=100, **s)
     assert ck.load(g.checkpoint).train["loop"]["eval_every"] == 0
     assert _val_steps(tmp_path / "given") == [10, 100, 200, 250]
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "650"])
+def test_a_checkpoint_with_a_bad_cadence_is_refused(tmp_path, dna_file, fast_settings, bad):
+    from bytemodel.errors import CheckpointError
+    r = bytemodel.train(dna_file, tmp_path / "a", steps=10, stop_at=4, **fast_settings)
+    ld = ck.load(r.checkpoint)
+    train = dict(ld.train, loop=dict(ld.train["loop"], eval_every=bad))
+    ck.save(tmp_path / "a" / ck.CKPT_NAME, ld.cfg, ld.tokenizer, ld.params, train, ld.m, ld.v)
+    with pytest.raises(CheckpointError, match="eval_every is not valid"):
+        bytemodel.train(None, tmp_path / "a", resume=True)

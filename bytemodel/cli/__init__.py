@@ -63,7 +63,7 @@ def train(
                                     "mpiexec or srun; mpi: always (one rank without a launcher too); off."),
     shard_optimizer: bool = typer.Option(D.shard_optimizer, "--shard-optimizer",
                                          help="ZeRO-1 over MPI ranks: each keeps 1/N of the AdamW moments."),
-    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint (0: the preset's; tiny 100, small/base 250)."),
+    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint (0: the preset's; tiny 100, small/base 250; with --minutes, a run planned below the passes at which --dropout auto drops validates at most 5 percent of its training time)."),
     eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time (0: at most 2097152 evenly spread on a GPU, 131072 on the CPU)."),
     val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Tail of the data held out."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Override the preset's width."),

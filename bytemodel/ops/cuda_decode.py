@@ -42,7 +42,7 @@ PDL = True                     # the kernel path's launches with programmatic de
                                # capability 9.0+ (ops/cuda_launch.py): each kernel reads its weights while the
                                # one before finishes; the same bits. H200, base fp16: batch 1 2,867 -> 3,449
                                # tokens/s, batch 4 level (benchmarks/README.md). False (or BYTEMODEL_PDL=0): off
-PERSIST = False                # the kernel path's model step as one persistent kernel (gpu/decode.cu dec_step_*:
+PERSIST = False                # the kernel path's model step as one persistent kernel (gpu/decode.cu dec_step:
                                # its launches become phases between grid-wide barriers, launched cooperatively),
                                # where it fits (_persist_setup); the same bits. Off, as measured (H100, base fp16,
                                # 512 tokens: batch 1 2,868 against 3,309 tokens/s with the PDL launches, batch 4
@@ -419,7 +419,7 @@ class Decoder:
         self.persist = None if self.mma else self._persist_setup(B, C, F, H, K, D, Vm)
 
     def _persist_setup(self, B, C, F, H, K, D, Vm):
-        """The launch of dec_step_r{R}_d{D} (the whole model step in one grid) when it applies, else
+        """The launch of dec_step (the whole model step in one grid, compiled for R and D) when it applies, else
         None: one staging a phase (B <= R), a warp an output in every product and two attention
         blocks a CTA (the grid G below), and G blocks resident at once on this GPU."""
         if not PERSIST or os.environ.get("BYTEMODEL_PERSIST") == "0" or self.R < B:
@@ -430,8 +430,7 @@ class Decoder:
         try:
             from .cuda_launch import COOPERATIVE, Launcher
             launcher = Launcher(COOPERATIVE)
-            fn = _module(_FILE, self.ops.precision, (f"DEC_STEP_R={self.R}", f"DEC_STEP_D={D}")).get_function(
-                f"dec_step_r{self.R}_d{D}")
+            fn = _module(_FILE, self.ops.precision, (f"DEC_STEP_R={self.R}", f"DEC_STEP_D={D}")).get_function("dec_step")
             smem = self.R * max(C, F, H * D) * 4
             if smem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem:
                 fn.max_dynamic_shared_size_bytes = smem
