@@ -39,9 +39,9 @@ VAL_SHARE = 0.05          # a time-budget run left the preset's eval_every valid
                           # this share of its training time: its cadence is set at the plan step from
                           # the step and the validation+save measured there (eval_cadence). On the
                           # four-genome split (2M validation tokens, base, H100, 3.5 min) a validation and
-                          # save took 1.5 s, 28 steps' time: every 250 steps that was 13 of them, and
-                          # every 1,000 steps gave 1.5909 bits/base where every 250 gave 1.6484
-                          # (benchmarks/README.md, "Validation kept to a share of the budget")
+                          # save took 1.5 s, 28 steps' time: every 250 steps that was 13 of them; the
+                          # rule's 650 gave 3,455 steps and 1.6402 bits/base where 250 gave 3,310 and
+                          # 1.6484 (benchmarks/README.md, "Validation kept to a share of the budget")
 EVAL_ROUND = 50           # the cadence it sets is a multiple of this
 PARAMS_PER_BYTE = 20      # at most this many parameters per training byte (see the preset rule)
 CPU_SMALL_CORES = 8       # a CPU with at least this many cores may train small
