@@ -478,13 +478,6 @@ class Decoder:
         C, F, H, K, D, Vm = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.vocab_size
         S, eps, null = cfg.context, np.float32(cfg.norm_eps), np.uint64(0)
         i32 = np.int32
-        wb = lambda n: ((n + 7) // 8,)                               # noqa: E731  one warp per item
-        if self.mma:     # a CTA per 16 output rows (8 RoPE or gate/up pairs)
-            g_qkv, g_gu = ((H + 2 * K) * D // 16,), ((F + 7) // 8,)
-            g_out = lambda n: ((n + 15) // 16,)                      # noqa: E731
-        else:            # a warp per output (pair), 8 warps a block
-            g_qkv, g_gu = wb((H + 2 * K) * D // 2), wb(F)
-            g_out = wb
         if self.persist is not None:
             launcher, fn, G, smem = self.persist
             launcher(fn.kernel.ptr, (G,), (_THREADS,),
@@ -493,6 +486,13 @@ class Decoder:
                       self.bar, i32(B), i32(C), i32(H), i32(K), i32(S), i32(F), i32(Vm), i32(self.NS),
                       i32(self.CH), eps, np.float32(self.scale_log2)), smem, self.stream.ptr)
             return
+        wb = lambda n: ((n + 7) // 8,)                               # noqa: E731  one warp per item
+        if self.mma:     # a CTA per 16 output rows (8 RoPE or gate/up pairs)
+            g_qkv, g_gu = ((H + 2 * K) * D // 16,), ((F + 7) // 8,)
+            g_out = lambda n: ((n + 15) // 16,)                      # noqa: E731
+        else:            # a warp per output (pair), 8 warps a block
+            g_qkv, g_gu = wb((H + 2 * K) * D // 2), wb(F)
+            g_out = wb
         kp = self.k_proj_w
         for i, L in enumerate(self.layers):
             kc, vc = self.cache[i]
