@@ -138,4 +138,21 @@ __device__ __forceinline__ u32 pack2(float a, float b) {
     act2_t h = from_f2(a, b);
     return *reinterpret_cast<u32*>(&h);
 }
+
+// the ordered dQ reduction's counters (flash_attn.cu's and flash_hopper.cu's backward; CUTLASS's
+// generic barrier: acquire load, then release by fence + relaxed add)
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int ld_relaxed(const int* p) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release(int* p, int v) {
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
+}
 #endif

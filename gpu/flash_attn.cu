@@ -44,23 +44,6 @@ __device__ __forceinline__ void ldsm_x4_t(u32* r, const act_t* p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
 }
 
-// the ordered dQ reduction's counters (CUTLASS's generic barrier: acquire load, then release by
-// fence + relaxed add)
-__device__ __forceinline__ int ld_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ int ld_relaxed(const int* p) {
-    int v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release(int* p, int v) {
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-    asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
-}
-
 // rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into smem (row stride SD);
 // rows >= nrows are zero-filled.
 template <int R, int D, int NT>

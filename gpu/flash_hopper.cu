@@ -382,4 +382,252 @@ __device__ __forceinline__ void flash_fwd_h(
 FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, false, 2)
 FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: +5-7% over h128_bs (H200, 2026-12-02)
 
+// ------------------------------------------------------------------------------------------------
+// Backward (no dropout: attention dropout keeps flash_attn.cu's). The contract of flash_attn.cu's
+// flash_bwd: the same arguments, flash_bwd_pre's delta and zeroed dQ accumulator, dQ added in
+// fp32 (already scaled) in the same fixed order per query tile (the ordered reduction: a counter
+// per PAIR tiles, key block nb adding after nb + 1 .. the last that sees them), dK and dV written
+// (B, K, S, D) contiguous; heavy_first as there.
+//
+// One CTA = BN = 128 keys of one (b, kv-head), two warpgroups of 64 keys each; it loops over the
+// query heads of the group and the query tiles of BM = 64 rows at or after the diagonal, Q / dO /
+// lse / delta double buffered through cp.async, every tile in the forward's 128-byte swizzle
+// (Lay<D, 1>). Per tile, warpgroup w (keys K_w, V_w: its 64 rows of the CTA's K and V tiles):
+//   S^T = K_w Q^T, dP^T = V_w dO^T       ss, 64 keys x BM queries, both operands K-major
+//   P^T = exp2(S^T scale_log2 - lse), masked; dS^T = P^T (dP^T - delta)      in registers
+//   dV_w += P^T dO, dK_w += dS^T Q       rs: A = P^T / dS^T from the registers (the forward's
+//                                        trick), B = dO / Q read MN-major (as the forward's V)
+//   dS -> shared memory, queries x keys (Lay<BN, 1>, K-major), both warpgroups', then
+//   dQ_w = dS[:, keys of w] K_w          ss, BM x D over w's 64 keys, B = K read MN-major
+// and the two partial dQ_w are added in shared memory (warpgroup 0 finishes rows 0-31, 1 rows
+// 32-63; the sum p0 + p1 is the same bits whichever finishes) and added to the accumulator.
+// Every product is waited for at once; the dQ product is issued behind the dV / dK products.
+template <int D, int BM>
+__device__ __forceinline__ void flash_bwd_h(
+    const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
+    const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
+    float* __restrict__ dQacc, int* __restrict__ dQsem, act_t* __restrict__ dK, act_t* __restrict__ dV,
+    int H, int KH, int T, int S,
+    i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
+    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {
+    constexpr int BN = 128, NT = 256, PAIR = 2;
+    constexpr int TK = BN * D * 2, TQ = BM * D * 2;   // bytes of a K / V tile, of a Q / dO tile
+    static_assert(BM == 64, "the dQ product's rows are one wgmma's M");
+    using L = Lay<D, 1>;
+    using LS = Lay<BN, 1>;                            // dS: BM rows of BN keys
+    extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than used
+    unsigned char* sK = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BN][D]
+    unsigned char* sV = sK + TK;                      // [BN][D]
+    unsigned char* sQ = sV + TK;                      // [2][BM][D]
+    unsigned char* sdO = sQ + 2 * TQ;                 // [2][BM][D]
+    unsigned char* sdS = sdO + 2 * TQ;                // [BM][BN]
+    float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);   // [2 row halves][D / 2][64 threads]
+    float* sL = sX + 64 * D;                          // [2][BM] lse * log2e
+    float* sDl = sL + 2 * BM;                         // [2][BM] delta
+
+    const int nkb = gridDim.x;
+    const int bk = blockIdx.y, nb = heavy_first ? blockIdx.x : nkb - 1 - blockIdx.x;
+    const int b = bk / KH, kh = bk % KH, G = H / KH;
+    const int n0 = nb * BN, offset = S - T;
+    const act_t* k = Kg + b * ksb + kh * ksh;
+    const act_t* v = Vg + b * vsb + kh * vsh;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int first = max(0, n0 - offset) / BM;
+    const int nmt = (T + BM - 1) / BM - first;
+    if (nmt <= 0) {   // no query sees these keys (cannot happen when S == T): zero grads
+        for (int i = threadIdx.x; i < BN * D; i += NT) {
+            int r = i / D, c = i % D;
+            if (n0 + r < S) {
+                dK[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
+                dV[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
+            }
+        }
+        return;
+    }
+    const int iters = G * nmt;
+    const int nqt = (T + BM - 1) / BM, nct = (T + BM * PAIR - 1) / (BM * PAIR);   // query tiles, counters
+
+    auto load_stage = [&](int it, int st) {
+        int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
+        L::template load<BM, NT>(sQ + st * TQ, Q + b * qsb + hq * qsh, qst, m0, T);
+        L::template load<BM, NT>(sdO + st * TQ, dO + b * dsb + hq * dsh, dst, m0, T);
+        for (int i = threadIdx.x; i < BM; i += NT) {
+            int r = m0 + i;
+            i64 idx = ((i64)b * H + hq) * T + r;
+            sL[st * BM + i] = r < T ? LSE[idx] * LOG2E : INFINITY;
+            sDl[st * BM + i] = r < T ? Delta[idx] : 0.f;
+        }
+    };
+
+    L::template load<BN, NT>(sK, k, kst, n0, S);
+    L::template load<BN, NT>(sV, v, vst, n0, S);
+    load_stage(0, 0);
+    cp_commit();
+
+    float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = dq[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < BM / 2; i++) s[i] = dp[i] = 0.f;   // overwritten (acc = 0); keeps them defined
+    const u64 ak = L::qk(sK + L::rows_at(wg * 64, BN), BN), av = L::qk(sV + L::rows_at(wg * 64, BN), BN);
+    const int key0 = n0 + wg * 64 + warp * 16 + g;   // this thread's keys: key0 (e < 2), key0 + 8
+
+    for (int it = 0; it < iters; it++) {
+        const int st = it & 1;
+        const int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
+        if (it + 1 < iters) {
+            load_stage(it + 1, st ^ 1);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        fence_proxy_async();   // the cp.async writes, read next by the tensor cores
+        __syncthreads();
+        const unsigned char* cQ = sQ + st * TQ;
+        const unsigned char* cdO = sdO + st * TQ;
+        const float* cL = sL + st * BM;
+        const float* cDl = sDl + st * BM;
+
+        // S^T = K_w Q^T and dP^T = V_w dO^T
+        {
+            const u64 bq = L::qk(cQ, BM), bo = L::qk(cdO, BM);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                Wg<BM>::template ss<0>(s, ak + (L::qk_step(kk, BN) >> 4), bq + (L::qk_step(kk, BM) >> 4), kk);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                Wg<BM>::template ss<0>(dp, av + (L::qk_step(kk, BN) >> 4), bo + (L::qk_step(kk, BM) >> 4), kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            fence_regs(dp);
+        }
+        // P^T, dS^T; register 4 i + e: key key0 + 8 (e / 2), query m0 + 8 i + 2 t + (e % 2)
+        const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++) {
+            const float2 l2 = *reinterpret_cast<const float2*>(cL + 8 * i + 2 * t);
+            const float2 d2 = *reinterpret_cast<const float2*>(cDl + 8 * i + 2 * t);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qc = 8 * i + 2 * t + (e & 1), key = key0 + (e >> 1) * 8;
+                float p = exp2f(s[4 * i + e] * scale_log2 - ((e & 1) ? l2.y : l2.x));
+                if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
+                s[4 * i + e] = p;
+                dp[4 * i + e] = p * (dp[4 * i + e] - ((e & 1) ? d2.y : d2.x));
+            }
+        }
+        u32 pa[BM / 16][4], da[BM / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                pa[kk][j] = pack2(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+                da[kk][j] = pack2(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
+            }
+        // dS (query r, key c) at atom c / 64, row r, 16-byte chunk ((c % 64) / 8) ^ (r % 8)
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = 8 * i + 2 * t + (e & 1);
+                const int off = wg * BM * 128 + r * 128 + (((2 * warp + (e >> 1)) ^ (r % 8)) * 16) + g * 2;
+                *reinterpret_cast<act_t*>(sdS + off) = from_f(dp[4 * i + e]);
+            }
+        fence_proxy_async();   // dS, read next by the tensor cores
+        // dV_w += P^T dO, dK_w += dS^T Q (16 queries a product)
+        {
+            const u64 bo = L::v(cdO, BM), bq = L::v(cQ, BM);
+            fence_regs(dv);
+            fence_regs(dk);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+                Wg<D>::template rs<1>(dv, pa[kk], bo + (L::v_step(kk) >> 4), 1);
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+                Wg<D>::template rs<1>(dk, da[kk], bq + (L::v_step(kk) >> 4), 1);
+            wgmma_commit();
+        }
+        __syncthreads();   // both warpgroups' dS in shared memory
+        // dQ_w = dS[:, keys of w] K_w (16 keys a product)
+        {
+            const u64 as = LS::qk(sdS, BM), bk_ = L::v(sK, BN);
+            fence_regs(dq);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                Wg<D>::template ss<1>(dq, as + (LS::qk_step(4 * wg + kk, BM) >> 4), bk_ + (L::v_step(4 * wg + kk) >> 4), kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dq);
+            fence_regs(dv);
+            fence_regs(dk);
+        }
+        // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
+        const int half = warp / 2;
+        float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
+        if (half != wg) {
+#pragma unroll
+            for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
+        }
+        // this tile's counter: the key blocks nb + 1 .. the last that sees the tile add before this one
+        const int ti = m0 / BM, lt = min(ti / PAIR * PAIR + PAIR - 1, nqt - 1);
+        int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
+        if (threadIdx.x == 0 && (ti % PAIR == 0 || it % nmt == 0)) {   // a segment's first tile
+            const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
+            while (ld_acquire(sem) != want) __nanosleep(32);
+        }
+        __syncthreads();
+        if (half == wg) {
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {
+                const int r = m0 + warp * 16 + g + rh * 8;
+                if (r < T) {
+                    float* dstp = dQacc + (((i64)b * H + hq) * T + r) * D + 2 * t;
+#pragma unroll
+                    for (int i = 0; i < D / 8; i++)
+                        atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
+                                  make_float2((dq[4 * i + 2 * rh] + x[(4 * i + 2 * rh) * 64]) * scale,
+                                              (dq[4 * i + 2 * rh + 1] + x[(4 * i + 2 * rh + 1) * 64]) * scale));
+                }
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && (ti % PAIR == PAIR - 1 || it % nmt == nmt - 1))
+            red_release(sem, 1);   // this block's adds (of the segment's tiles) are in
+    }
+    // dK (scaled) and dV, (B, K, S, D) contiguous
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        const int key = key0 + rh * 8;
+        if (key < S) {
+            const i64 base = (((i64)b * KH + kh) * S + key) * D + 2 * t;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++) {
+                *reinterpret_cast<act2_t*>(dK + base + i * 8) = from_f2(dk[4 * i + 2 * rh] * scale, dk[4 * i + 2 * rh + 1] * scale);
+                *reinterpret_cast<act2_t*>(dV + base + i * 8) = from_f2(dv[4 * i + 2 * rh], dv[4 * i + 2 * rh + 1]);
+            }
+        }
+    }
+}
+
+#define BWD_H(NAME, D, BM)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
+        const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
+        const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
+        int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
+        i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {               \
+        flash_bwd_h<D, BM>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, qsb, qsh,   \
+                           qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2,    \
+                           heavy_first);                                                           \
+    }
+
+// name, D, BM: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
+BWD_H(flash_bwd_h64, 64, 64)
+BWD_H(flash_bwd_h128, 128, 64)
+
 #endif

@@ -85,6 +85,15 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h128_asp": (128, 128, 64, 2), "flash_fwd_h64_asp": (64, 128, 128, 2),
     "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
+# The Hopper backward (gpu/flash_hopper.cu): head dim -> (kernel, (BM queries a tile, BN keys a CTA,
+# query rows per dQ counter)), FLASH_BWD's meaning; 256 threads (two warpgroups of 64 keys).
+FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128)), 128: ("flash_bwd_h128", (64, 128, 128))}
+
+
+def _hopper_bwd_smem(D: int, BM: int, BN: int) -> int:
+    """Shared memory of flash_bwd_h: K, V tiles, two stages of Q and dO, dS, the dQ exchange (fp32,
+    64 D), two stages of lse and delta, and the 1024 bytes that align the first tile."""
+    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + 64 * D * 4 + 4 * BM * 4 + 1024
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
@@ -617,16 +626,7 @@ class CudaBackend:
         lse = cp.empty((B, H, T), dtype=cp.float32)
         hop = None
         if self.hopper and dr is None and D in FLASH_FWD_HOPPER:
-            try:
-                hop = self._hopper_kernel(D)
-            except (ImportError, AttributeError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:
-                # a CuPy without the NVRTC entry points used, or an NVRTC that cannot build sm_90a:
-                # FA2's forward (the same contract), said once
-                import sys
-                why = (str(e).splitlines() or [type(e).__name__])[0][:200]
-                print(f"warning: the Hopper attention forward is unavailable ({why}); "
-                      "using FlashAttention-2", file=sys.stderr)
-                self.hopper = False
+            hop = self._hopper_or_none(lambda: self._hopper_kernel(D))
         if hop is not None:
             fn, (BM, BN, stages) = hop
             smem, threads = (BM * D + 2 * stages * BN * D) * 2 + 1024, 2 * BM   # + the 1024-byte alignment
@@ -645,6 +645,29 @@ class CudaBackend:
                (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
                 *qs, *ks, *vs, *os_, _f32(scale_log2)) + extra, shared_mem=smem)
         return out, lse
+
+    def _hopper_or_none(self, get):
+        """get() -> a Hopper kernel and its tiles; None, said once, where the sm_90a module cannot
+        be had (a CuPy without the NVRTC entry points used, or an NVRTC that cannot build
+        sm_90a): the caller runs FlashAttention-2 (the same contract), from then on."""
+        try:
+            return get()
+        except (ImportError, AttributeError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:
+            import sys
+            why = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            print(f"warning: the Hopper attention kernels are unavailable ({why}); "
+                  "using FlashAttention-2", file=sys.stderr)
+            self.hopper = False
+            return None
+
+    def _hopper_bwd_kernel(self, D: int):
+        """The wgmma backward for head dim D and its (BM, BN, rows per dQ counter).
+        (benchmarks/kernels/flash_attn.py overrides it to time FA2's in its place.)"""
+        name, tiles = FLASH_BWD_HOPPER[D]
+        key = ("flash_hopper.cu", name)
+        if key not in self._fns:
+            self._fns[key] = _hopper_module(self.precision).get_function(name)
+        return self._fns[key], tiles
 
     def _hopper_kernel(self, D: int, name: str | None = None):
         """The wgmma forward for head dim D (or the kernel `name`) and its (BM, BN, stages).
@@ -696,7 +719,16 @@ class CudaBackend:
         dout, ds = self._bhtd(self._act(dout) if dout.dtype != self.act_dtype else dout)
         out, os_ = self._bhtd(out)
         lse = cp.ascontiguousarray(lse, dtype=cp.float32)
-        fn, (BM, BN, RC) = self._flash_kernel("bwd", D, dr is not None)
+        hop = None
+        if self.hopper and dr is None and D in FLASH_BWD_HOPPER:
+            hop = self._hopper_or_none(lambda: self._hopper_bwd_kernel(D))
+        if hop is not None:
+            fn, (BM, BN, RC) = hop
+            smem, threads = _hopper_bwd_smem(D, BM, BN), 256
+        else:
+            fn, (BM, BN, RC) = self._flash_kernel("bwd", D, dr is not None)
+            SD = D + 8
+            smem, threads = (2 * BN * SD + 4 * BM * SD + BN * (BM + 8)) * 2 + 4 * BM * 4, 128
         rows = B * H * T
         delta = cp.empty((rows,), dtype=cp.float32)
         dq_acc = cp.empty((B, H, T, D), dtype=cp.float32)
@@ -711,12 +743,10 @@ class CudaBackend:
         # a group's key blocks heaviest first while they surely fit on the GPU at once (one CTA
         # per SM); else lightest first, where no block waits on one that started after it
         heavy_first = nkb <= self.sm_count
-        SD = D + 8
-        smem = (2 * BN * SD + 4 * BM * SD + BN * (BM + 8)) * 2 + 4 * BM * 4
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         scale = 1.0 / math.sqrt(D)
-        fn((nkb, B * K), (128,),
+        fn((nkb, B * K), (threads,),
            (q, k, v, dout, lse, delta, dq_acc, dq_sem, dk, dv, _i32(H), _i32(K), _i32(T), _i32(S),
             *qs, *ks, *vs, *ds, _f32(scale), _f32(scale * 1.4426950408889634), _i32(heavy_first))
            + (() if dr is None else (_i64(dr[0]),) + dr[1:]), shared_mem=smem)
