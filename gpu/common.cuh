@@ -106,7 +106,7 @@ __device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(
 
 #if HAS_MMA
 // ---- for the tensor-core kernels (flash_attn.cu, flash_hopper.cu, decode.cu): softmax constants, shared
-// memory addresses, cp.async (16 bytes, zero-filled when !valid) and its groups, two floats
+// memory addresses, cp.async (16 bytes, zero-filled when !valid; 4 bytes) and its groups, two floats
 // packed into one register of act2_t
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -118,6 +118,9 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(void* s, const act_t* g, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                  :: "r"(smem_u32(s)), "l"(g), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* s, const float* g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(smem_u32(s)), "l"(g));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() {
@@ -151,6 +154,7 @@ __device__ __forceinline__ int ld_relaxed(const int* p) {
     asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void red_release(int* p, int v) {
     asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");

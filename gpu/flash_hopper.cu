@@ -402,7 +402,11 @@ FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: 
 // and the two partial dQ_w are added in shared memory (warpgroup 0 finishes rows 0-31, 1 rows
 // 32-63; the sum p0 + p1 is the same bits whichever finishes) and added to the accumulator.
 // Every product is waited for at once; the dQ product is issued behind the dV / dK products.
-template <int D, int BM>
+// MODE (timing studies only, benchmarks/kernels/flash_hopper_variants.cu; 0 ships): bit 0 skips the
+// ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
+// keeps the product but leaves the exchange and the adds out (dQ then wrong). Bit 3 defers a tile's
+// adds to the next tile, behind its score products (the sums kept in the dQ registers).
+template <int D, int BM, int MODE = 0>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
@@ -452,11 +456,16 @@ __device__ __forceinline__ void flash_bwd_h(
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
         L::template load<BM, NT>(sQ + st * TQ, Q + b * qsb + hq * qsh, qst, m0, T);
         L::template load<BM, NT>(sdO + st * TQ, dO + b * dsb + hq * dsh, dst, m0, T);
-        for (int i = threadIdx.x; i < BM; i += NT) {
+        for (int i = threadIdx.x; i < BM; i += NT) {   // lse (natural log; a row past T: +inf, P = 0)
             int r = m0 + i;
             i64 idx = ((i64)b * H + hq) * T + r;
-            sL[st * BM + i] = r < T ? LSE[idx] * LOG2E : INFINITY;
-            sDl[st * BM + i] = r < T ? Delta[idx] : 0.f;
+            if (r < T) {
+                cp_async4(sL + st * BM + i, LSE + idx);
+                cp_async4(sDl + st * BM + i, Delta + idx);
+            } else {
+                sL[st * BM + i] = INFINITY;
+                sDl[st * BM + i] = 0.f;
+            }
         }
     };
 
@@ -473,18 +482,60 @@ __device__ __forceinline__ void flash_bwd_h(
     const u64 ak = L::qk(sK + L::rows_at(wg * 64, BN), BN), av = L::qk(sV + L::rows_at(wg * 64, BN), BN);
     const int key0 = n0 + wg * 64 + warp * 16 + g;   // this thread's keys: key0 (e < 2), key0 + 8
 
+    int* pending = nullptr;   // thread 0: the counter this block has still to advance
+    constexpr bool DEFER = (MODE & 8) != 0;
+    const int half = warp / 2;                 // the dQ rows' half a warp finishes (warpgroup half)
+    const bool owner = half == wg;             // (warps 0, 1 of warpgroup 0; 2, 3 of warpgroup 1)
+    int p_m0 = -1, p_hq = 0, p_want = 0;       // DEFER: the tile whose adds are still to come
+    bool p_first = false, p_last = false;
+    int* p_sem = nullptr;
+    int seen = 0;
+    // DEFER: the owners add the previous tile's sums (in dq) in order: thread 0 waits for the
+    // blocks before, the owners' barrier passes it on
+    auto add_prev = [&]() {
+        if (!owner) return;
+        if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) {
+            while (seen != p_want) {
+                __nanosleep(32);
+                seen = ld_relaxed(p_sem);
+            }
+            fence_acq_rel();
+        }
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+#pragma unroll
+        for (int rh = 0; rh < 2; rh++) {
+            const int r = p_m0 + warp * 16 + g + rh * 8;
+            if (r < T) {
+                float* dstp = dQacc + (((i64)b * H + p_hq) * T + r) * D + 2 * t;
+#pragma unroll
+                for (int i = 0; i < D / 8; i++)
+                    atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
+                              make_float2(dq[4 * i + 2 * rh] * scale, dq[4 * i + 2 * rh + 1] * scale));
+            }
+        }
+    };
     for (int it = 0; it < iters; it++) {
         const int st = it & 1;
         const int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
-        if (it + 1 < iters) {
+        cp_wait<0>();          // this tile's Q, dO, lse, delta
+        fence_proxy_async();   // the cp.async writes, read next by the tensor cores
+        __syncthreads();       // ... and every thread's adds of the last tile issued
+        if (pending != nullptr) {   // (thread 0) their release, off the adds' path
+            red_release(pending, 1);
+            pending = nullptr;
+        }
+        if (it + 1 < iters) {  // the next tile's loads, in flight during this one
             load_stage(it + 1, st ^ 1);
             cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
         }
-        fence_proxy_async();   // the cp.async writes, read next by the tensor cores
-        __syncthreads();
+        // this tile's counter: the key blocks nb + 1 .. the last that sees the tile add before
+        // this one; read now, waited on before the adds
+        const int ti = m0 / BM, lt = min(ti / PAIR * PAIR + PAIR - 1, nqt - 1);
+        int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
+        const bool seg_first = ti % PAIR == 0 || it % nmt == 0;
+        if (!DEFER && threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) seen = ld_relaxed(sem);
+        const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
+        const bool seg_last = ti % PAIR == PAIR - 1 || it % nmt == nmt - 1;
         const unsigned char* cQ = sQ + st * TQ;
         const unsigned char* cdO = sdO + st * TQ;
         const float* cL = sL + st * BM;
@@ -501,6 +552,9 @@ __device__ __forceinline__ void flash_bwd_h(
             for (int kk = 0; kk < D / 16; kk++)
                 Wg<BM>::template ss<0>(dp, av + (L::qk_step(kk, BN) >> 4), bo + (L::qk_step(kk, BM) >> 4), kk);
             wgmma_commit();
+            if constexpr (DEFER) {
+                if (p_m0 >= 0) add_prev();
+            }
             wgmma_wait<0>();
             fence_regs(s);
             fence_regs(dp);
@@ -509,7 +563,9 @@ __device__ __forceinline__ void flash_bwd_h(
         const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
 #pragma unroll
         for (int i = 0; i < BM / 8; i++) {
-            const float2 l2 = *reinterpret_cast<const float2*>(cL + 8 * i + 2 * t);
+            float2 l2 = *reinterpret_cast<const float2*>(cL + 8 * i + 2 * t);
+            l2.x *= LOG2E;
+            l2.y *= LOG2E;
             const float2 d2 = *reinterpret_cast<const float2*>(cDl + 8 * i + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -552,6 +608,12 @@ __device__ __forceinline__ void flash_bwd_h(
                 Wg<D>::template rs<1>(dk, da[kk], bq + (L::v_step(kk) >> 4), 1);
             wgmma_commit();
         }
+        if constexpr ((MODE & 2) != 0) {
+            wgmma_wait<0>();
+            fence_regs(dv);
+            fence_regs(dk);
+            continue;
+        }
         __syncthreads();   // both warpgroups' dS in shared memory
         // dQ_w = dS[:, keys of w] K_w (16 keys a product)
         {
@@ -562,27 +624,39 @@ __device__ __forceinline__ void flash_bwd_h(
             for (int kk = 0; kk < 4; kk++)
                 Wg<D>::template ss<1>(dq, as + (LS::qk_step(4 * wg + kk, BM) >> 4), bk_ + (L::v_step(4 * wg + kk) >> 4), kk);
             wgmma_commit();
+            if (DEFER && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+                red_release(p_sem, 1);   // the owners' adds of the last tile: all before the dS barrier
             wgmma_wait<0>();
             fence_regs(dq);
             fence_regs(dv);
             fence_regs(dk);
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
-        const int half = warp / 2;
         float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
         if (half != wg) {
 #pragma unroll
             for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
         }
-        // this tile's counter: the key blocks nb + 1 .. the last that sees the tile add before this one
-        const int ti = m0 / BM, lt = min(ti / PAIR * PAIR + PAIR - 1, nqt - 1);
-        int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
-        if (threadIdx.x == 0 && (ti % PAIR == 0 || it % nmt == 0)) {   // a segment's first tile
-            const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
-            while (ld_acquire(sem) != want) __nanosleep(32);
+        if constexpr ((MODE & 4) != 0) continue;
+        if constexpr (DEFER) {
+            if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
+            __syncthreads();
+            if (owner) {
+#pragma unroll
+                for (int j = 0; j < D / 2; j++) dq[j] += x[j * 64];
+            }
+            p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
+            continue;
+        }
+        if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) {   // a segment's first tile: wait
+            while (seen != want) {
+                __nanosleep(32);
+                seen = ld_relaxed(sem);
+            }
+            fence_acq_rel();   // with the relaxed read: the acquire of the blocks' release
         }
         __syncthreads();
-        if (half == wg) {
+        if (owner) {
 #pragma unroll
             for (int rh = 0; rh < 2; rh++) {
                 const int r = m0 + warp * 16 + g + rh * 8;
@@ -596,10 +670,15 @@ __device__ __forceinline__ void flash_bwd_h(
                 }
             }
         }
-        __syncthreads();
-        if (threadIdx.x == 0 && (ti % PAIR == PAIR - 1 || it % nmt == nmt - 1))
-            red_release(sem, 1);   // this block's adds (of the segment's tiles) are in
+        if (threadIdx.x == 0 && seg_last)
+            pending = sem;   // this block's adds of the segment's tiles: released past the next barrier
     }
+    if constexpr (DEFER) {
+        if (p_m0 >= 0) add_prev();
+        if (p_m0 >= 0) pending = p_sem;   // the last tile ends its segment
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && pending != nullptr) red_release(pending, 1);
     // dK (scaled) and dV, (B, K, S, D) contiguous
 #pragma unroll
     for (int rh = 0; rh < 2; rh++) {
@@ -615,19 +694,19 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 }
 
-#define BWD_H(NAME, D, BM)                                                                         \
+#define BWD_H(NAME, D, BM, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
         i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {               \
-        flash_bwd_h<D, BM>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, qsb, qsh,   \
+        flash_bwd_h<D, BM, MODE>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, qsb, qsh,   \
                            qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2,    \
                            heavy_first);                                                           \
     }
 
-// name, D, BM: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
-BWD_H(flash_bwd_h64, 64, 64)
-BWD_H(flash_bwd_h128, 128, 64)
+// name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
+BWD_H(flash_bwd_h64, 64, 64, 8)
+BWD_H(flash_bwd_h128, 128, 64, 0)
 
 #endif
