@@ -405,7 +405,9 @@ FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: 
 // MODE (timing studies only, benchmarks/kernels/flash_hopper_variants.cu; 0 ships): bit 0 skips the
 // ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
 // keeps the product but leaves the exchange and the adds out (dQ then wrong). Bit 3 defers a tile's
-// adds to the next tile, behind its score products (the sums kept in the dQ registers).
+// adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
+// as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
+// are spent).
 template <int D, int BM, int MODE = 0>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -483,8 +485,10 @@ __device__ __forceinline__ void flash_bwd_h(
     const int key0 = n0 + wg * 64 + warp * 16 + g;   // this thread's keys: key0 (e < 2), key0 + 8
 
     int* pending = nullptr;   // thread 0: the counter this block has still to advance
-    constexpr bool DEFER = (MODE & 8) != 0;
+    constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0;
     const int half = warp / 2;                 // the dQ rows' half a warp finishes (warpgroup half)
+    // the exchange: a thread of the other warpgroup's half writes here what this one adds
+    float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
     const bool owner = half == wg;             // (warps 0, 1 of warpgroup 0; 2, 3 of warpgroup 1)
     int p_m0 = -1, p_hq = 0, p_want = 0;       // DEFER: the tile whose adds are still to come
     bool p_first = false, p_last = false;
@@ -510,7 +514,8 @@ __device__ __forceinline__ void flash_bwd_h(
 #pragma unroll
                 for (int i = 0; i < D / 8; i++)
                     atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
-                              make_float2(dq[4 * i + 2 * rh] * scale, dq[4 * i + 2 * rh + 1] * scale));
+                              STAGED ? make_float2(x[(4 * i + 2 * rh) * 64] * scale, x[(4 * i + 2 * rh + 1) * 64] * scale)
+                                     : make_float2(dq[4 * i + 2 * rh] * scale, dq[4 * i + 2 * rh + 1] * scale));
             }
         }
     };
@@ -632,7 +637,6 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
-        float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
         if (half != wg) {
 #pragma unroll
             for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
@@ -643,7 +647,10 @@ __device__ __forceinline__ void flash_bwd_h(
             __syncthreads();
             if (owner) {
 #pragma unroll
-                for (int j = 0; j < D / 2; j++) dq[j] += x[j * 64];
+                for (int j = 0; j < D / 2; j++) {
+                    if (STAGED) x[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
+                    else dq[j] += x[j * 64];
+                }
             }
             p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
             continue;
@@ -707,6 +714,6 @@ __device__ __forceinline__ void flash_bwd_h(
 
 // name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
 BWD_H(flash_bwd_h64, 64, 64, 8)
-BWD_H(flash_bwd_h128, 128, 64, 0)
+BWD_H(flash_bwd_h128, 128, 64, 24)
 
 #endif
