@@ -701,15 +701,15 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 }
 
-#define BWD_H(NAME, D, BM, MODE)                                                                      \
+#define BWD_H(NAME, D, BM, MODE)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
         i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {               \
-        flash_bwd_h<D, BM, MODE>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, qsb, qsh,   \
-                           qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale, scale_log2,    \
-                           heavy_first);                                                           \
+        flash_bwd_h<D, BM, MODE>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S,       \
+                           qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale,      \
+                           scale_log2, heavy_first);                                               \
     }
 
 // name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)

@@ -60,6 +60,12 @@ VARIANTS_FWD = {("v1", 32): (64, 64), ("v1", 64): (64, 64), ("v1", 128): (64, 64
                 ("v3", 64): (128, 32), ("v3", 128): (128, 16)}
 VARIANTS_BWD = {("v1", 32): (64, 64, 64), ("v1", 64): (64, 64, 64), ("atomic", 64): (32, 128, 32),
                 ("single", 64): (32, 128, 32), ("pair_ticket", 64): (32, 128, 64), ("deferred", 64): (32, 128, 32)}
+# the Hopper backward's study variants (flash_hopper_variants.cu, MODE bits of gpu/flash_hopper.cu):
+# (version, D) -> (kernel, whether its dQ is the real one; "nodq" leaves the dQ product and its adds
+# out, to time the rest: a difference, not a result)
+HOPPER_BWD_VARIANTS = {("h_immediate", 64): ("flash_bwd_h64_m0", True), ("h_nowait", 64): ("flash_bwd_h64_m9", True),
+                       ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_immediate", 128): ("flash_bwd_h128_m0", True),
+                       ("h_nodq", 128): ("flash_bwd_h128_m2", False)}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
@@ -84,6 +90,14 @@ def variant_backend():
                 self._variants = cp.RawModule(code=code, options=opts)
             tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
             return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles
+
+        def _hopper_bwd_kernel(self, D):   # version = a key of HOPPER_BWD_VARIANTS
+            ver = self.use.get("bwd")
+            if (ver, D) not in HOPPER_BWD_VARIANTS:
+                return super()._hopper_bwd_kernel(D)
+            with open(HOPPER_VARIANTS_FILE) as f:
+                mod = cuda_ops._hopper_module(self.precision, "\n" + f.read())
+            return mod.get_function(HOPPER_BWD_VARIANTS[(ver, D)][0]), cuda_ops.FLASH_BWD_HOPPER[D][1]
 
         def _hopper_kernel(self, D, name=None):   # version = a kernel of HOPPER_FWD_KERNELS
             ver = self.use.get("fwd")
@@ -133,11 +147,13 @@ def ours(B, H, T, D, same=None):
         res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
     ops.hopper = on_hopper
     # on Hopper "shipped" is the wgmma backward and "fa2" FlashAttention-2's, timed beside it
-    for ver in ["shipped"] + (["fa2"] if on_hopper else []) + [v for (v, d) in VARIANTS_BWD if d == D]:
+    hop_bwd = [v for (v, d) in HOPPER_BWD_VARIANTS if d == D] if on_hopper else []
+    for ver in ["shipped"] + (["fa2"] if on_hopper else []) + hop_bwd + [v for (v, d) in VARIANTS_BWD if d == D]:
         ops.use = {"bwd": ver if ver != "fa2" else "shipped"}
-        ops.hopper = on_hopper and ver == "shipped"
+        ops.hopper = on_hopper and (ver == "shipped" or ver in hop_bwd)
         g2 = ops.attention_backward(do, q, k, v, out, lse)
-        assert all(close(a, b) for a, b in zip(g2, grads)), f"backward {ver} d{D} differs from the shipped kernel"
+        checked = list(zip(g2, grads))[0 if HOPPER_BWD_VARIANTS.get((ver, D), (0, True))[1] else 1:]
+        assert all(close(a, b) for a, b in checked), f"backward {ver} d{D} differs from the shipped kernel"
         if same is not None:
             first = [cp.asnumpy(a).tobytes() for a in g2]
             same[ver] = all([cp.asnumpy(a).tobytes() for a in ops.attention_backward(do, q, k, v, out, lse)] == first
