@@ -713,7 +713,7 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 
 // name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
-BWD_H(flash_bwd_h64, 64, 64, 8)
-BWD_H(flash_bwd_h128, 128, 64, 24)
+BWD_H(flash_bwd_h64, 64, 64, 0)
+BWD_H(flash_bwd_h128, 128, 64, 0)
 
 #endif
