@@ -142,6 +142,19 @@ __device__ __forceinline__ u32 pack2(float a, float b) {
     return *reinterpret_cast<u32*>(&h);
 }
 
+// a backward key block no query sees (flash_attn.cu's and flash_hopper.cu's): its BN rows of dK and
+// dV (rows row0 + n0 .., D wide) zeroed, those below S
+template <int BN, int D, int NT>
+__device__ __forceinline__ void zero_key_grads(act_t* dK, act_t* dV, i64 row0, int n0, int S) {
+    for (int i = threadIdx.x; i < BN * D; i += NT) {
+        int r = i / D, c = i % D;
+        if (n0 + r < S) {
+            dK[(row0 + n0 + r) * D + c] = from_f(0.f);
+            dV[(row0 + n0 + r) * D + c] = from_f(0.f);
+        }
+    }
+}
+
 // the ordered dQ reduction's counters (flash_attn.cu's and flash_hopper.cu's backward; CUTLASS's
 // generic barrier: acquire load, then release by fence + relaxed add)
 __device__ __forceinline__ int ld_acquire(const int* p) {

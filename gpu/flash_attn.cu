@@ -367,13 +367,7 @@ __device__ __forceinline__ void flash_bwd(
     const int first = max(0, n0 - offset) / BM;
     const int nmt = (T + BM - 1) / BM - first;
     if (nmt <= 0) {   // no query sees these keys (cannot happen when S == T): zero grads
-        for (int i = threadIdx.x; i < BN * D; i += NT) {
-            int r = i / D, c = i % D;
-            if (n0 + r < S) {
-                dK[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
-                dV[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
-            }
-        }
+        zero_key_grads<BN, D, NT>(dK, dV, ((i64)b * KH + kh) * S, n0, S);
         return;
     }
     const int iters = G * nmt;

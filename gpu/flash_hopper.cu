@@ -442,13 +442,7 @@ __device__ __forceinline__ void flash_bwd_h(
     const int first = max(0, n0 - offset) / BM;
     const int nmt = (T + BM - 1) / BM - first;
     if (nmt <= 0) {   // no query sees these keys (cannot happen when S == T): zero grads
-        for (int i = threadIdx.x; i < BN * D; i += NT) {
-            int r = i / D, c = i % D;
-            if (n0 + r < S) {
-                dK[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
-                dV[(((i64)b * KH + kh) * S + n0 + r) * D + c] = from_f(0.f);
-            }
-        }
+        zero_key_grads<BN, D, NT>(dK, dV, ((i64)b * KH + kh) * S, n0, S);
         return;
     }
     const int iters = G * nmt;
@@ -494,30 +488,36 @@ __device__ __forceinline__ void flash_bwd_h(
     bool p_first = false, p_last = false;
     int* p_sem = nullptr;
     int seen = 0;
-    // DEFER: the owners add the previous tile's sums (in dq) in order: thread 0 waits for the
-    // blocks before, the owners' barrier passes it on
-    auto add_prev = [&]() {
-        if (!owner) return;
-        if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) {
-            while (seen != p_want) {
-                __nanosleep(32);
-                seen = ld_relaxed(p_sem);
-            }
-            fence_acq_rel();
+    // thread 0: wait until the counter says the key blocks before this one have added (a relaxed
+    // poll, then the fence: the acquire of their release)
+    auto wait_turn = [&](int want_, int* sem_) {
+        while (seen != want_) {
+            __nanosleep(32);
+            seen = ld_relaxed(sem_);
         }
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        fence_acq_rel();
+    };
+    // an owner's rows of query tile m0_ (head hq_) added to the accumulator; val(j): register j's sum
+    auto add_rows = [&](int m0_, int hq_, auto val) {
 #pragma unroll
         for (int rh = 0; rh < 2; rh++) {
-            const int r = p_m0 + warp * 16 + g + rh * 8;
+            const int r = m0_ + warp * 16 + g + rh * 8;
             if (r < T) {
-                float* dstp = dQacc + (((i64)b * H + p_hq) * T + r) * D + 2 * t;
+                float* dstp = dQacc + (((i64)b * H + hq_) * T + r) * D + 2 * t;
 #pragma unroll
                 for (int i = 0; i < D / 8; i++)
                     atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
-                              STAGED ? make_float2(x[(4 * i + 2 * rh) * 64] * scale, x[(4 * i + 2 * rh + 1) * 64] * scale)
-                                     : make_float2(dq[4 * i + 2 * rh] * scale, dq[4 * i + 2 * rh + 1] * scale));
+                              make_float2(val(4 * i + 2 * rh) * scale, val(4 * i + 2 * rh + 1) * scale));
             }
         }
+    };
+    // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
+    // passes it on
+    auto add_prev = [&]() {
+        if (!owner) return;
+        if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        add_rows(p_m0, p_hq, [&](int j) { return STAGED ? x[j * 64] : dq[j]; });
     };
     for (int it = 0; it < iters; it++) {
         const int st = it & 1;
@@ -655,28 +655,9 @@ __device__ __forceinline__ void flash_bwd_h(
             p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
             continue;
         }
-        if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) {   // a segment's first tile: wait
-            while (seen != want) {
-                __nanosleep(32);
-                seen = ld_relaxed(sem);
-            }
-            fence_acq_rel();   // with the relaxed read: the acquire of the blocks' release
-        }
+        if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);   // a segment's first tile
         __syncthreads();
-        if (owner) {
-#pragma unroll
-            for (int rh = 0; rh < 2; rh++) {
-                const int r = m0 + warp * 16 + g + rh * 8;
-                if (r < T) {
-                    float* dstp = dQacc + (((i64)b * H + hq) * T + r) * D + 2 * t;
-#pragma unroll
-                    for (int i = 0; i < D / 8; i++)
-                        atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
-                                  make_float2((dq[4 * i + 2 * rh] + x[(4 * i + 2 * rh) * 64]) * scale,
-                                              (dq[4 * i + 2 * rh + 1] + x[(4 * i + 2 * rh + 1) * 64]) * scale));
-                }
-            }
-        }
+        if (owner) add_rows(m0, hq, [&](int j) { return dq[j] + x[j * 64]; });
         if (threadIdx.x == 0 && seg_last)
             pending = sem;   // this block's adds of the segment's tiles: released past the next barrier
     }
