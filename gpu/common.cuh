@@ -169,7 +169,7 @@ __device__ __forceinline__ int ld_relaxed(const int* p) {
 }
 __device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void red_release(int* p, int v) {
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    fence_acq_rel();
     asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" :: "l"(p), "r"(v) : "memory");
 }
 #endif

@@ -637,7 +637,7 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
-        if (half != wg) {
+        if (!owner) {
 #pragma unroll
             for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
         }
@@ -662,8 +662,10 @@ __device__ __forceinline__ void flash_bwd_h(
             pending = sem;   // this block's adds of the segment's tiles: released past the next barrier
     }
     if constexpr (DEFER) {
-        if (p_m0 >= 0) add_prev();
-        if (p_m0 >= 0) pending = p_sem;   // the last tile ends its segment
+        if (p_m0 >= 0) {
+            add_prev();
+            pending = p_sem;   // the last tile ends its segment
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0 && pending != nullptr) red_release(pending, 1);
