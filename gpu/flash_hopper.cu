@@ -497,8 +497,13 @@ __device__ __forceinline__ void flash_bwd_h(
         }
         fence_acq_rel();
     };
-    // an owner's rows of query tile m0_ (head hq_) added to the accumulator; val(j): register j's sum
-    auto add_rows = [&](int m0_, int hq_, auto val) {
+    // an owner's rows of query tile m0_ (head hq_) added to the accumulator; register j's sum is
+    // dq[j] + x[j * 64] (the partner's half from the exchange), dq[j] alone (from_x false) or x
+    // alone (from_dq false). Not a generic lambda: NVRTC takes one (a template) for host code
+    auto val = [&](int j, bool from_dq, bool from_x) {
+        return from_dq && from_x ? dq[j] + x[j * 64] : (from_dq ? dq[j] : x[j * 64]);
+    };
+    auto add_rows = [&](int m0_, int hq_, bool from_dq, bool from_x) {
 #pragma unroll
         for (int rh = 0; rh < 2; rh++) {
             const int r = m0_ + warp * 16 + g + rh * 8;
@@ -507,7 +512,8 @@ __device__ __forceinline__ void flash_bwd_h(
 #pragma unroll
                 for (int i = 0; i < D / 8; i++)
                     atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
-                              make_float2(val(4 * i + 2 * rh) * scale, val(4 * i + 2 * rh + 1) * scale));
+                              make_float2(val(4 * i + 2 * rh, from_dq, from_x) * scale,
+                                          val(4 * i + 2 * rh + 1, from_dq, from_x) * scale));
             }
         }
     };
@@ -517,7 +523,7 @@ __device__ __forceinline__ void flash_bwd_h(
         if (!owner) return;
         if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        add_rows(p_m0, p_hq, [&](int j) { return STAGED ? x[j * 64] : dq[j]; });
+        add_rows(p_m0, p_hq, !STAGED, STAGED);
     };
     for (int it = 0; it < iters; it++) {
         const int st = it & 1;
@@ -657,7 +663,7 @@ __device__ __forceinline__ void flash_bwd_h(
         }
         if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);   // a segment's first tile
         __syncthreads();
-        if (owner) add_rows(m0, hq, [&](int j) { return dq[j] + x[j * 64]; });
+        if (owner) add_rows(m0, hq, true, true);
         if (threadIdx.x == 0 && seg_last)
             pending = sem;   // this block's adds of the segment's tiles: released past the next barrier
     }
