@@ -82,7 +82,7 @@ def variant_backend():
     """The fp16 CUDA backend whose FlashAttention kernel can be switched to a study variant
     (compiled from flash_attn.cu + flash_variants.cu); .use = {"fwd": ver, "bwd": ver} or None."""
     import cupy as cp
-    from bytemodel.ops import cuda_ops
+    from bytemodel.ops import cuda_ops, gpu_source
 
     class Variants(cuda_ops.CudaBackend):
         use = {}
@@ -93,8 +93,8 @@ def variant_backend():
                 return super()._flash_kernel(kind, D, drop)
             if not hasattr(self, "_variants"):
                 with open(VARIANTS_FILE) as f:
-                    code = cuda_ops._source("flash_attn.cu") + "\n" + f.read()
-                opts = ("-std=c++17", f"-D{cuda_ops._MACRO[self.precision]}", "--use_fast_math")
+                    code = gpu_source.source("flash_attn.cu") + "\n" + f.read()
+                opts = gpu_source.module_options("flash_attn.cu", self.precision)   # _module's
                 self._variants = cp.RawModule(code=code, options=opts)
             tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
             return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles

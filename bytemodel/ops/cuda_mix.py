@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from .cuda_ops import _source
+from .gpu_source import mix_options, source
 
 THREADS = 256                     # gpu/mix_step.cu's block (its tree sums assume it)
 _MODULES: dict = {}
@@ -23,7 +23,7 @@ _MODULES: dict = {}
 def kernel(name: str, K: int):
     key = (int(K), cp.cuda.Device().id)
     if key not in _MODULES:
-        _MODULES[key] = cp.RawModule(code=_source("mix_step.cu"), options=("-std=c++17", f"-DMIX_K={int(K)}"))
+        _MODULES[key] = cp.RawModule(code=source("mix_step.cu"), options=mix_options(K))
     return _MODULES[key].get_function(name)
 
 

@@ -46,9 +46,7 @@ try:  # where CuPy keeps its cuBLAS bindings differs between releases; either pl
 except ImportError:  # pragma: no cover
     from cupy.cuda import cublas as _cublas
 
-from ..resources import gpu_dir
-
-_GPU_DIR = str(gpu_dir())
+from .gpu_source import DECODE_HEAD_DIMS, MACRO as _MACRO, hopper_options, module_options, source as _source
 
 # cuBLAS / CUDA enum values (cublas_api.h, library_types.h); stable across CUDA 11-13
 _OP_N, _OP_T = 0, 1
@@ -57,7 +55,6 @@ _R_32F, _R_16F, _R_16BF = 0, 2, 14
 _GEMM_DEFAULT = -1
 _ATOMICS_NOT_ALLOWED = 0
 
-_MACRO = {"fp16": "ACT_F16", "bf16": "ACT_BF16", "fp32": "ACT_F32"}
 # The FlashAttention kernels of flash_attn.cu, one per head dim: head dim -> tiles.
 # forward (flash_fwd_d{D}): BM query rows per CTA, BN keys per tile; backward (flash_bwd_d{D}):
 # BN keys per CTA, BM queries per tile, and the query rows per dQ counter (two tiles: the ordered
@@ -97,7 +94,6 @@ def _hopper_bwd_smem(D: int, BM: int, BN: int) -> int:
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
-DECODE_HEAD_DIMS = (16, 32, 64, 128, 256)   # the head dims gpu/decode.cu's attention is built for
 
 
 def _scale_log2(D: int) -> float:
@@ -112,14 +108,6 @@ def _bf16_dtype():
         raise RuntimeError("bf16 needs the ml_dtypes package next to CuPy") from e
 
 
-def _source(name: str) -> str:
-    with open(os.path.join(_GPU_DIR, "common.cuh")) as f:
-        common = f.read()
-    with open(os.path.join(_GPU_DIR, name)) as f:
-        src = f.read()
-    return src.replace('#include "common.cuh"', common)
-
-
 _MODULES: dict = {}
 
 
@@ -127,10 +115,7 @@ def _module(file: str, precision: str, defines: tuple = ()):
     """file compiled for precision (once a process; CuPy keeps the binaries on disk), with -D defines."""
     key = (file, precision, defines)
     if key not in _MODULES:
-        opts = ("-std=c++17", f"-D{_MACRO[precision]}") + tuple(f"-D{d}" for d in defines)
-        if file == "flash_attn.cu":
-            opts += ("--use_fast_math",)     # ex2.approx / rcp.approx in the softmax; ftz
-        _MODULES[key] = cp.RawModule(code=_source(file), options=opts)
+        _MODULES[key] = cp.RawModule(code=_source(file), options=module_options(file, precision, defines))
     return _MODULES[key]
 
 
@@ -149,8 +134,7 @@ def _hopper_module(precision: str, extra: str = ""):
         from cupy._core.core import assemble_cupy_compiler_options
         from cupy_backends.cuda.libs import nvrtc
         src = _source("flash_hopper.cu") + extra
-        opts = assemble_cupy_compiler_options(
-            ("-std=c++17", f"-D{_MACRO[precision]}", "--use_fast_math", "-arch=sm_90a"))
+        opts = assemble_cupy_compiler_options(hopper_options(precision))
         tag = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
         cache = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser(os.path.join("~", ".cupy", "kernel_cache"))
         path = os.path.join(cache, f"bytemodel_flash_hopper_{tag}.cubin")

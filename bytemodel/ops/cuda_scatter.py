@@ -18,10 +18,8 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from .cuda_ops import _source
+from .gpu_source import MIXER_OPTIONS, SCATTER_KINDS as _KINDS, scatter_options, source
 
-_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2, np.dtype(np.int32): 3,
-          np.dtype(np.uint16): 4}          # gpu/scatter.cu's VAL_KIND of each type
 _MODULES: dict = {}
 _THREADS = 256
 
@@ -29,13 +27,13 @@ _THREADS = 256
 def _fn(dtype):
     kind = _KINDS[np.dtype(dtype)]
     if kind not in _MODULES:
-        _MODULES[kind] = cp.RawModule(code=_source("scatter.cu"), options=("-std=c++17", f"-DVAL_KIND={kind}"))
+        _MODULES[kind] = cp.RawModule(code=source("scatter.cu"), options=scatter_options(kind))
     return _MODULES[kind].get_function("add_rows")
 
 
 def _mixer(name):
     if "mixer" not in _MODULES:
-        _MODULES["mixer"] = cp.RawModule(code=_source("mixer.cu"), options=("-std=c++17",))
+        _MODULES["mixer"] = cp.RawModule(code=source("mixer.cu"), options=MIXER_OPTIONS)
     return _MODULES["mixer"].get_function(name)
 
 
