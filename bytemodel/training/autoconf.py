@@ -43,6 +43,13 @@ VAL_SHARE = 0.05          # a time-budget run left the preset's eval_every valid
                           # rule's 650 gave 3,455 steps and 1.6402 bits/base where 250 gave 3,310 and
                           # 1.6484 (benchmarks/README.md, "Validation kept to a share of the budget")
 EVAL_ROUND = 50           # the cadence it sets is a multiple of this
+NUCLEOTIDE_CONTEXT = 256  # base's window on training data that is all nucleotide codes, its batch scaled to
+                          # keep base's 32,768 tokens a step (nucleotide_window). On the four-genome split
+                          # (H200, 3.5 min alone, both warm) base at 256 x 128 stepped in 44.4 ms against
+                          # 51.4 at 1,024 x 32 (attention is a fifth of base's work at 1,024) and scored
+                          # the held-out file 1.5599 bits/base against 1.5979; 128 x 256 gave 1.6365
+                          # (benchmarks/README.md, "A shorter window on nucleotides")
+NUCLEOTIDE_CONTEXT_PRESETS = ("base",)   # where it was measured; small's 512 (the shipped sample) was not
 PARAMS_PER_BYTE = 20      # at most this many parameters per training byte (see the preset rule)
 CPU_SMALL_CORES = 8       # a CPU with at least this many cores may train small
 CPU_EVAL_TOKENS = 2 ** 17  # on the CPU, validate on at most this many tokens of the tail (evenly
@@ -187,8 +194,9 @@ def auto_precision(device: str, capability: tuple[int, int] | None = None) -> st
 def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
             train_tokens: int | None = None, nucleotides: bool = False) -> None:
     """Fill the auto fields of the draft settings `tc` in place (before prepare freezes them).
-    The dropouts of a fresh run (train_tokens given; `nucleotides`: its training data is all
-    nucleotide codes) of --steps N are decided here; those of a time-budget run stay -1 (auto)
+    A fresh run (train_tokens given) on nucleotides (`nucleotides`: its training data is all
+    nucleotide codes) at base that left --context and --batch-size gets nucleotide_window's.
+    The dropouts of a fresh run of --steps N are decided here; those of a time-budget run stay -1 (auto)
     until its plan step (dropout_at_plan); a fine-tune (no size here) keeps its parent's."""
     if tc.preset == "auto":
         if train_bytes is None:
@@ -197,6 +205,10 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")
     d = PRESET_TRAIN[tc.preset]
+    # nucleotides: a shorter window, the same tokens a step (a fresh run; both left to the run)
+    window = nucleotide_window(tc.preset, d["batch_size"]) if nucleotides and train_tokens is not None else None
+    if window and tc.context == 0 and tc.batch_size == 0:
+        tc.context, tc.batch_size = window
     if tc.lr == 0:
         tc.lr = d["lr"]
     if tc.warmup < 0:
@@ -215,6 +227,16 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
             tc.dropout = auto_dropout(passes, nucleotides)
         if tc.dropout_attn == -1:
             tc.dropout_attn = auto_dropout_attn(passes, nucleotides)
+
+
+def nucleotide_window(preset: str, batch_size: int) -> tuple[int, int] | None:
+    """(context, batch) for a run of `preset` on nucleotide data whose --context and --batch-size
+    were both left to the run (`batch_size` the preset's): NUCLEOTIDE_CONTEXT and the batch that
+    keeps the preset's tokens a step, or None where the preset keeps its own window."""
+    full = PRESETS[preset]["context"]
+    if preset not in NUCLEOTIDE_CONTEXT_PRESETS or full <= NUCLEOTIDE_CONTEXT:
+        return None
+    return NUCLEOTIDE_CONTEXT, batch_size * full // NUCLEOTIDE_CONTEXT
 
 
 def eval_cadence(every: int, step_s: float, boundary_s: float) -> int:

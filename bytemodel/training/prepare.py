@@ -205,8 +205,13 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
             notes += ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
+    window_given = (tc.context, tc.batch_size)
     resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train),
             nucleotides=dna)
+    if window_given == (0, 0) and tc.context not in (0, PRESETS[tc.preset]["context"]):
+        full = PRESETS[tc.preset]["context"]
+        notes += (f"nucleotides: {tc.preset} reads windows of {tc.context} tokens, {tc.batch_size} a step (its "
+                  f"tokens a step; --context {full} --batch-size {tc.batch_size * tc.context // full} for its own)",)
     tc.validate()
     ctx = tc.context or PRESETS[tc.preset]["context"]
     # a time budget's auto dropouts (still -1) are 0 until its plan step decides them (training/loop.py)
