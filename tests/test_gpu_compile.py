@@ -125,3 +125,15 @@ def test_every_module_is_built():
     """A gpu/*.cu file that no build compiles would go unchecked (a new loader must add its builds)."""
     assert {p.name for p in gpu_dir().glob("*.cu")} <= {b.file for b in BUILDS}
     assert len({b.id for b in BUILDS}) == len(BUILDS)
+
+
+@pytest.mark.parametrize("build", [b for b in BUILDS if b.id.startswith("flash_hopper.cu-")],
+                         ids=lambda b: b.id)
+def test_no_shipped_wgmma_is_serialized(build, compiled):
+    """ptxas serializes every wgmma of a kernel where a warpgroup's accumulator registers are
+    touched in a divergent path between a product's issue and its wait (its note C7518, "wgmma.mma_async
+    instructions are serialized"): the kernel then runs, right but slower (the deferred dQ adds'
+    variant flash_bwd_h64_m8 did, benchmarks/README.md). No shipped Hopper kernel may have it."""
+    nv, jobs = compiled
+    ok, log = jobs[build.id].result()
+    assert ok and "C7518" not in log, f"ptxas serializes wgmma in {build.file} ({build.id}):\n{log}"

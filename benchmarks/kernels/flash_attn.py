@@ -64,7 +64,8 @@ VARIANTS_BWD = {("v1", 32): (64, 64, 64), ("v1", 64): (64, 64, 64), ("atomic", 6
 # the Hopper backward's study variants (flash_hopper_variants.cu, MODE bits of gpu/flash_hopper.cu):
 # (version, D) -> (kernel, whether its dQ is the real one; "nodq" leaves the dQ product and its adds
 # out, to time the rest: a difference, not a result)
-HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_nowait", 64): ("flash_bwd_h64_m1", True),
+HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_staged", 64): ("flash_bwd_h64_m24", True),
+                       ("h_nowait", 64): ("flash_bwd_h64_m1", True),
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False)}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
