@@ -10,6 +10,8 @@
 #                                                # generation at 16 / 64 and the compressor, fused against unfused
 #     bash benchmarks/device_check.sh sample     # the shipped sample, 5 min, four at once: the issue's defaults, today's,
 #                                                # and two stronger dropouts (issue 27's -0.02)
+#     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
+#                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: dropout 0.2 / attention
 #                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
@@ -89,6 +91,27 @@ if [ "$only" = sample ]; then   # issue 27's -0.02 on the shipped sample: four v
             > "$OUT/sample_$i.log" 2>&1 &
     done
     wait; for j in 1 2 3 4; do echo "== sample_$j"; head -1 "$OUT/sample_$j.log"; grep -E "best:|stopped|finished" "$OUT/sample_$j.log"; done
+    exit 0
+fi
+if [ "$only" = hopper ]; then   # issue 28 in one call: the Hopper module compiled, the flash tests, the kernels, training
+    step "flash_hopper.cu and its study variants compiled by the device's NVRTC (the tests would only see a fallback)"
+    python3 -c "
+from bytemodel.ops import cuda_ops as c
+v = open('benchmarks/kernels/flash_hopper_variants.cu').read()
+for p in ('fp16', 'bf16'):
+    for extra in ('', v):
+        c._hopper_module(p, extra); print(p, 'with variants' if extra else 'shipped', 'compiled')
+" 2>&1 | tail -12
+    step "the flash tests and the flash ordering tests"
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py tests/test_gpu_determinism.py \
+        -k flash -rfE > "$OUT/hopper_tests.log" 2>&1
+    echo "rc=$?"; tail -3 "$OUT/hopper_tests.log"
+    step "attention kernels against SDPA (h_staged, h_deferred: the deferred dQ adds; ship a MODE only where it wins)"
+    timeout 300 python3 benchmarks/kernels/flash_attn.py --json "$OUT/flash_attn.json" > "$OUT/flash_attn.log" 2>&1
+    echo "rc=$?"; grep -E "versions|^ *\(" "$OUT/flash_attn.log"
+    step "training at base against torch.compile"
+    timeout 240 python3 benchmarks/gpu_train.py --presets base --bf16 base --steps 10 --json "$OUT/train.json" 2>&1 \
+        | grep -E "tok/s|peak"
     exit 0
 fi
 if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed
