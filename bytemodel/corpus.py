@@ -193,6 +193,29 @@ def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
         yield chunk[None, :-1], chunk[None, 1:]
 
 
+def overlapped_windows(tokens: np.ndarray, context: int, max_tokens: int):
+    """The targets eval_windows(tokens, context, max_tokens) scores, each read as `bytemodel score`
+    reads a file (decode/score.py: windows overlapping by half), so that every target has at least
+    context // 2 tokens before it where the stream has them, not on average half a window.
+
+    Yields (x, y, k): x, y (L,) int64 with L <= context, y[k:] the targets scored; about twice the
+    tokens of eval_windows' windows."""
+    half = context // 2
+    n = len(tokens) - 1
+    n_win = (n + context - 1) // context
+    keep = max(1, min(n_win, max_tokens // context))
+    picks = np.linspace(0, n_win - 1, keep).round().astype(int) if keep < n_win else range(n_win)
+    for w in picks:
+        s = int(w) * context
+        e = min(n, s + context)
+        start, done = max(0, s - half), s        # the window's first token; targets before done are scored
+        while done < e:
+            end = min(start + context, e)
+            chunk = np.asarray(tokens[start:end + 1]).astype(np.int64)
+            yield chunk[:-1], chunk[1:], done - start
+            done, start = end, end - half
+
+
 def score_tokens(nll, tokens: np.ndarray, tokenizer: Tokenizer, context: int, max_tokens: int,
                  batch: int = 16) -> tuple[float, float, float]:
     """(bits per byte, nats per token, standard error of the bits per byte) on non-overlapping

@@ -153,12 +153,45 @@ def _summary(res) -> None:
     b = res.baselines
     if b and res.val_bpb is not None:
         f = lambda v: "n/a (zstandard missing)" if v is None else f"{v:.4f}"  # noqa: E731
-        typer.echo(f"held-out tail, bits/byte: model {res.val_bpb:.4f} | zstd -19 {f(b.get('zstd19_tail'))} | "
+        scored = _tail_as_scored(res)
+        model = (f"{scored:.4f} (read as `score` reads a file; {res.val_bpb:.4f} at validation)"
+                 if scored is not None else f"{res.val_bpb:.4f}")
+        typer.echo(f"held-out tail, bits/byte: model {model} | zstd -19 {f(b.get('zstd19_tail'))} | "
                    f"xz -9e {f(b.get('xz9_tail'))} (compressors given the rest of the data first)")
         typer.echo(f"whole stream ({b['bytes']:,} bytes), bits/byte: zstd -19 {f(b.get('zstd19'))} | "
                    f"xz -9e {f(b.get('xz9'))}")
     if (res.run_dir / "loss.png").exists():
         typer.echo(f"loss curve: {res.run_dir / 'loss.png'}")
+
+
+def _tail_as_scored(res) -> float | None:
+    """The best weights' bits/byte on the validation tail's scored tokens, read as `bytemodel
+    score` reads a file (windows overlapping by half, corpus.overlapped_windows), so that the
+    figure beside the compressors' is the one `score`, `eval` and `compress` see: the run's own
+    validations read non-overlapping windows, where a byte has on average half a window of context
+    (at 256 tokens on DNA 0.045 bits/byte more; benchmarks/README.md, "A shorter window on
+    nucleotides"). On the run's device and precision; None for a fine-tune (masked targets) or
+    where it cannot be scored (the validation figure is printed alone then)."""
+    try:
+        from .. import LanguageModel, checkpoint as ckpt
+        from ..corpus import overlapped_windows
+        from ..decode.score import score_windows
+        from ..ops import resolve_device
+        from ..training.prepare import open_run_corpus
+        if res.best_checkpoint is None:
+            return None
+        loaded = ckpt.load(res.best_checkpoint)
+        conf = loaded.train.get("config") or {}
+        if conf.get("parent") or conf.get("examples"):
+            return None
+        lm = LanguageModel(loaded, resolve_device(conf.get("device", "cpu")), conf.get("precision", "fp32"))
+        tail = open_run_corpus(res.run_dir).val
+        T = lm.cfg.context
+        cap = int(conf.get("eval_tokens") or 0) or len(tail) + T     # the validations' cap (0: all)
+        r = score_windows(lm.model, lm.tokenizer, overlapped_windows(tail, T, cap))
+        return r["bits_per_byte"] if r["bytes"] else None
+    except Exception:   # the run is saved and reported either way; this figure is an extra
+        return None
 
 
 def _read_prompt(prompt: str) -> bytes:

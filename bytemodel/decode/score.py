@@ -4,6 +4,7 @@
     score_documents(model, tok, docs)            the same over documents (each from its <doc>)
     score_stream(model, tok, pieces)             over (bytes, last_piece_of_document) pieces, as
                                                  readers.stream_documents gives them
+    score_windows(model, tok, windows)           over (x, y, k) windows: a run's held-out tail
 
 The window policy: each document is <doc> followed by its ids; windows of the model's context
 overlap by half, each target is scored once, with at least context/2 tokens of history after the
@@ -132,6 +133,21 @@ def score_stream(model, tokenizer, pieces, workers: int | None = None) -> dict:
     bits = tally.nats / LN2
     return {"bytes": n_bytes, "tokens": tally.tokens, "bits": bits,
             "bits_per_byte": bits / n_bytes if n_bytes else float("nan"), "documents": n_docs}
+
+
+def score_windows(model, tokenizer, windows, workers: int | None = None) -> dict:
+    """Score (x, y, k) windows (y[k:] the targets; corpus.overlapped_windows gives a run's held-out
+    tail so) in shared batches: {'bytes', 'tokens', 'bits', 'bits_per_byte'}, bytes those of the
+    scored targets (tokenizer.token_lengths; a document separator has none)."""
+    tally = _Tally(Scorer(model, tokenizer.vocab_size, workers))
+    n_bytes = 0
+    for x, y, k in windows:
+        tally.add(x, y, k)
+        n_bytes += int(tokenizer.token_lengths[y[k:]].sum())
+    tally.flush()
+    bits = tally.nats / LN2
+    return {"bytes": n_bytes, "tokens": tally.tokens, "bits": bits,
+            "bits_per_byte": bits / n_bytes if n_bytes else float("nan")}
 
 
 def score_documents(model, tokenizer, docs, workers: int | None = None) -> dict:
