@@ -177,18 +177,24 @@ def sample_batch(tokens: np.ndarray, batch: int, context: int, seed: int, step: 
     return w[:, :-1], w[:, 1:]
 
 
-def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
-    """Non-overlapping windows over (at most max_tokens of) the stream, evenly spread.
-
-    Yields (x, y) of shape (1, t) with t <= context; every target is scored exactly once.
-    """
+def _picked_windows(tokens: np.ndarray, context: int, max_tokens: int):
+    """(start, end) of the non-overlapping windows of targets that eval_windows scores: all of them,
+    or max_tokens // context of them evenly spread."""
     n = len(tokens) - 1
     n_win = (n + context - 1) // context
     keep = max(1, min(n_win, max_tokens // context))
     picks = np.linspace(0, n_win - 1, keep).round().astype(int) if keep < n_win else range(n_win)
     for w in picks:
         s = int(w) * context
-        e = min(n, s + context)
+        yield s, min(n, s + context)
+
+
+def eval_windows(tokens: np.ndarray, context: int, max_tokens: int):
+    """Non-overlapping windows over (at most max_tokens of) the stream, evenly spread.
+
+    Yields (x, y) of shape (1, t) with t <= context; every target is scored exactly once.
+    """
+    for s, e in _picked_windows(tokens, context, max_tokens):
         chunk = np.asarray(tokens[s:e + 1]).astype(np.int64)
         yield chunk[None, :-1], chunk[None, 1:]
 
@@ -201,13 +207,7 @@ def overlapped_windows(tokens: np.ndarray, context: int, max_tokens: int):
     Yields (x, y, k): x, y (L,) int64 with L <= context, y[k:] the targets scored; about twice the
     tokens of eval_windows' windows."""
     half = context // 2
-    n = len(tokens) - 1
-    n_win = (n + context - 1) // context
-    keep = max(1, min(n_win, max_tokens // context))
-    picks = np.linspace(0, n_win - 1, keep).round().astype(int) if keep < n_win else range(n_win)
-    for w in picks:
-        s = int(w) * context
-        e = min(n, s + context)
+    for s, e in _picked_windows(tokens, context, max_tokens):
         start, done = max(0, s - half), s        # the window's first token; targets before done are scored
         while done < e:
             end = min(start + context, e)
