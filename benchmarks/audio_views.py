@@ -28,13 +28,19 @@ LEFT_OUT = {"all.wav", "wia_16kHz.wav"}
 VIEWS = ("le", "msb", "d1", "d2")
 
 
+READER = {"le": "pcm16", "msb": "pcm16msb"}   # the views the audio reader has (its encode / decode)
+
+
+def _reader(kind: str):
+    from bytemodel.readers import get_reader
+    return get_reader(f"audio:encoding={READER[kind]},rate=8000")
+
+
 def view(x: np.ndarray, kind: str) -> bytes:
     """int16 samples (N,) -> the bytes of one view."""
+    if kind in READER:
+        return _reader(kind).encode(x)
     x = x.astype(np.int64)
-    if kind == "le":
-        return x.astype("<i2").tobytes()
-    if kind == "msb":
-        return (x + 32768).astype(">u2").tobytes()
     p1 = np.concatenate([[0], x[:-1]])
     r = x - p1 if kind == "d1" else x - 2 * p1 + np.concatenate([[0, 0], x[:-2]])
     return ((r + 32768) % 65536).astype(">u2").tobytes()
@@ -42,11 +48,9 @@ def view(x: np.ndarray, kind: str) -> bytes:
 
 def samples(kind: str, data: bytes) -> np.ndarray:
     """The inverse of view: bytes -> int16 samples."""
-    if kind == "le":
-        return np.frombuffer(data, "<i2").astype(np.int16)
+    if kind in READER:
+        return _reader(kind).decode(data)
     v = np.frombuffer(data, ">u2").astype(np.int64) - 32768
-    if kind == "msb":
-        return v.astype(np.int16)
     x = np.cumsum(v) if kind == "d1" else np.cumsum(np.cumsum(v))
     return ((x + 32768) % 65536 - 32768).astype(np.int16)
 

@@ -105,6 +105,23 @@ class LanguageModel:
             raise ConfigError(f"{path} holds no data to score")
         return r
 
+    def score_tail(self, run_dir=None) -> dict:
+        """The run's held-out tail (its validation targets, at most the run's --eval-tokens of them,
+        as its validations pick them) read as `score` reads a file: each target with at least half
+        a window before it (corpus.overlapped_windows), where the run's validations read
+        non-overlapping windows (on average half a window). run_dir: the run this checkpoint came
+        from (default: its folder). {'bytes', 'tokens', 'bits', 'bits_per_byte'}."""
+        from .corpus import overlapped_windows
+        from .decode.score import score_windows
+        from .training.prepare import open_run_corpus
+        conf = self.train_state.get("config") or {}
+        if conf.get("parent") or conf.get("examples"):
+            raise ConfigError("a fine-tune's held-out examples have masked targets: score_tail reads a plain run's tail")
+        tail = open_run_corpus(Path(run_dir) if run_dir else Path(self.path).parent).val
+        T = self.cfg.context
+        cap = int(conf.get("eval_tokens") or 0) or len(tail) + T     # the validations' cap (0: all)
+        return score_windows(self.model, self.tokenizer, overlapped_windows(tail, T, cap))
+
     def write(self, data: bytes, path, fmt: str = "") -> Path:
         """Write bytes (a prompt and what was generated) as a file: as `fmt` (a reader spec or an
         extension), else by the path's extension, with the run's reader options where the run

@@ -74,5 +74,6 @@ def test_the_end_of_a_run_reports_the_tail_as_score_reads_it(tmp_path, dna_file)
     lm = load(run_dir)
     tail = open_run_corpus(run_dir).val
     want = score_windows(lm.model, lm.tokenizer, overlapped_windows(tail, 32, 131072))["bits_per_byte"]
+    assert lm.score_tail()["bits_per_byte"] == want          # the public API's figure is the same
     assert float(m.group(1)) == pytest.approx(want, abs=1e-4)   # printed to 4 digits
     assert "best: step" in r.output and m.group(2) in r.output.split("best:")[1].split("\n")[0]

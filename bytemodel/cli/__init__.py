@@ -165,19 +165,15 @@ def _summary(res) -> None:
 
 
 def _tail_as_scored(res) -> float | None:
-    """The best weights' bits/byte on the validation tail's scored tokens, read as `bytemodel
-    score` reads a file (windows overlapping by half, corpus.overlapped_windows), so that the
-    figure beside the compressors' is the one `score`, `eval` and `compress` see: the run's own
-    validations read non-overlapping windows, where a byte has on average half a window of context
-    (at 256 tokens on DNA 0.045 bits/byte more; benchmarks/README.md, "A shorter window on
-    nucleotides"). On the run's device and precision; None for a fine-tune (masked targets) or
-    where it cannot be scored (the validation figure is printed alone then)."""
+    """The best weights' bits/byte on the held-out tail read as `score` reads a file
+    (LanguageModel.score_tail), on the run's device and precision, so that the figure beside the
+    compressors' is the one `score`, `eval` and `compress` see (the run's validations read
+    non-overlapping windows: at 256 tokens on DNA 0.045 bits/byte more; benchmarks/README.md, "A
+    shorter window on nucleotides"). None for a fine-tune, or where it cannot be scored: the
+    validation figure is printed alone then."""
     try:
         from .. import LanguageModel, checkpoint as ckpt
-        from ..corpus import overlapped_windows
-        from ..decode.score import score_windows
         from ..ops import resolve_device
-        from ..training.prepare import open_run_corpus
         if res.best_checkpoint is None:
             return None
         loaded = ckpt.load(res.best_checkpoint)
@@ -185,10 +181,7 @@ def _tail_as_scored(res) -> float | None:
         if conf.get("parent") or conf.get("examples"):
             return None
         lm = LanguageModel(loaded, resolve_device(conf.get("device", "cpu")), conf.get("precision", "fp32"))
-        tail = open_run_corpus(res.run_dir).val
-        T = lm.cfg.context
-        cap = int(conf.get("eval_tokens") or 0) or len(tail) + T     # the validations' cap (0: all)
-        r = score_windows(lm.model, lm.tokenizer, overlapped_windows(tail, T, cap))
+        r = lm.score_tail(res.run_dir)
         return r["bits_per_byte"] if r["bytes"] else None
     except Exception:   # the run is saved and reported either way; this figure is an extra
         return None
