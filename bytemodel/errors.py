@@ -1,9 +1,16 @@
-"""User-facing errors.
+"""User-facing errors, and the signals that end the process.
 
 Anything the user can cause (a bad path, a corrupt file, a wrong flag) raises a subclass of
 BytemodelError with a one-line message. The CLI prints that line and exits with status 2; it never
 shows a traceback for these. Programming errors stay ordinary exceptions.
+
+A `kill` (SIGTERM) ends the process as an error would, raised where the threads can take it:
+raise_soon, poll and held at the end of this file.
 """
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
 
 
 class BytemodelError(Exception):
@@ -28,3 +35,66 @@ class ConfigError(BytemodelError):
 
 class CompressError(BytemodelError):
     """A .bmz file is corrupt, foreign, or needs another checkpoint or backend."""
+
+
+# ================================================================================================
+# Signals that end the process, raised where the threads can take it.
+#
+# Why: Python runs a signal handler in the main thread between any two bytecodes, so an exception
+# raised from one can land inside the standard library's thread machinery: a ThreadPoolExecutor
+# starting a worker, a Condition half entered. Measured (a SystemExit raised at random moments in
+# CoreParallel.loss_and_grad): "RuntimeError: release unlocked lock" in threading.Event.wait, and a
+# worker thread left out of its pool's bookkeeping, which the interpreter's exit then waits for
+# forever; CI saw `kill` hang a training run that way. It can also leave BLAS threads computing
+# while threadpoolctl lifts its limit under them.
+#
+# So the handlers call raise_soon(exc): outside a held() section it raises at once, as before;
+# inside one it is kept, and raised by the next poll() or when the outermost section ends, when
+# the threads it started have finished. The training loop is one held section polled before each
+# step and each validation batch (an exception raised inside a garbage collector's callback is
+# printed and dropped, so even outside the threads a run is safer polled); the short sections (a
+# step's slices, a scoring batch, a queued save) end within a step, so `kill` still ends a run
+# within a step.
+# ================================================================================================
+_depth = 0                             # held() sections open on the main thread
+_pending: BaseException | None = None  # the first exception a handler asked for while held
+
+
+def raise_soon(exc: BaseException) -> None:
+    """From a signal handler: raise exc now, or at the end of the held section it arrived in."""
+    global _pending
+    if _depth:
+        if _pending is None:
+            _pending = exc
+        return
+    raise exc
+
+
+def exit_on_signal(signum, frame) -> None:
+    """A handler for SIGTERM: end the process with 128 + signum, unwinding like an error."""
+    raise_soon(SystemExit(128 + signum))
+
+
+def poll() -> None:
+    """Raise here the exception a handler kept (a point of the main thread where nothing is half done)."""
+    global _pending
+    if _pending is not None and threading.current_thread() is threading.main_thread():
+        exc, _pending = _pending, None
+        raise exc
+
+
+@contextmanager
+def held():
+    """A section the main thread does not leave half done for a signal; other threads pass through."""
+    global _depth, _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _pending is not None:
+            exc, _pending = _pending, None
+            raise exc

@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
-from ..errors import ConfigError
+from ..errors import ConfigError, exit_on_signal
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import need_stdout, user_errors
 from .helptext import tidy as tidy_help
@@ -491,7 +491,8 @@ tidy_help(app)
 def main() -> None:
     import signal
     # `kill` (SIGTERM) unwinds like an error: temporary files and a fresh run's folder are removed
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # (raised where the threads can take it: errors.py, its end)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     app()
 
 

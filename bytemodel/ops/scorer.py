@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..errors import held, poll
 from . import score_ops
 
 GPU_TOKENS = 1 << 16       # tokens a GPU call scores at once (64 windows of 1024): the batch where
@@ -61,6 +62,7 @@ class Scorer:
 
     def nll(self, x, y, m=None) -> np.ndarray:
         """x, y (B, L) int host arrays, m (B, L) 0/1 or None -> (B,) float64 nats on the host."""
+        poll()            # a `kill` kept during the training loop lands between batches
         x, y = np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64)
         W = self.model.weights()
         if not self.cpu:
@@ -70,7 +72,7 @@ class Scorer:
         def one(s):
             return self._forward(x[s], y[s], None if m is None else m[s], W)
         from threadpoolctl import threadpool_limits
-        with threadpool_limits(limits=1, user_api="blas"):
+        with held(), threadpool_limits(limits=1, user_api="blas"):   # a `kill` waits for the workers
             if self.workers == 1 or len(parts) == 1:
                 outs = [one(s) for s in parts]
             else:

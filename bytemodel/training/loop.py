@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
-from ..errors import BytemodelError, CheckpointError, ConfigError
+from ..errors import BytemodelError, CheckpointError, ConfigError, held, poll, raise_soon
 from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
 from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
@@ -158,7 +158,7 @@ class _StopFlag:
 
     def _handle(self, signum, frame):
         if self.set:
-            raise KeyboardInterrupt
+            raise_soon(KeyboardInterrupt())   # at once, or when the step's threads are done
         self.set = True
 
     def __exit__(self, *exc):
@@ -328,9 +328,10 @@ class Loop:
         self._announce()
         self.bar = Progress(self.progress, None if st.planned == UNPLANNED else st.planned, st.step)
         try:
-            with _StopFlag() as stop, self.bar:
+            with _StopFlag() as stop, self.bar, held():   # a `kill` is raised at poll(): errors.py
                 pending = None
                 while st.step < st.planned:
+                    poll()
                     if budget.enabled and world.any(budget.overrun()) and st.planned > st.step + 1:
                         st.planned = st.step + 1           # out of time: this step is the last
                         st.stop_reason = f"time budget: {tc.minutes:g} min used up"

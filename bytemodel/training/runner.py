@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from ..errors import ConfigError
+from ..errors import ConfigError, held
 from ..ops.scorer import Scorer
 from .distributed import Single, rows
 
@@ -89,10 +89,12 @@ class CoreParallel:
         return [s for s in np.array_split(np.arange(B), n) if len(s)]
 
     def _run(self, fn):
-        if self._limiter is None:
-            return fn()
-        with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
-            return fn()
+        # held: a `kill` waits for the slices, so no worker is left in BLAS or half started
+        with held():
+            if self._limiter is None:
+                return fn()
+            with self._limiter.limit(limits=self._blas_threads, user_api="blas"):
+                return fn()
 
     def loss_and_grad(self, idx, targets, weights, drop=None):
         """Per-token losses (B*T,); grads += d(sum_i weights_i * loss_i)/d(params), as

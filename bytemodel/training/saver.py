@@ -16,6 +16,8 @@ from __future__ import annotations
 import queue
 import threading
 
+from ..errors import held
+
 MAX_QUEUED = 2   # writes waiting behind the one in progress before submit() blocks
 
 
@@ -28,10 +30,11 @@ class Saver:
     def submit(self, fn, *args) -> None:
         """Queue fn(*args) (its arguments must not change afterwards); raise an earlier write's error."""
         self._raise()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="bytemodel-saver", daemon=True)
-            self._thread.start()
-        self._jobs.put((fn, args))
+        with held():      # a `kill` lands after the thread and the queue are in order
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="bytemodel-saver", daemon=True)
+                self._thread.start()
+            self._jobs.put((fn, args))
 
     def _work(self) -> None:
         while True:
