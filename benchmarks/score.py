@@ -7,6 +7,8 @@ weights. The data: --mb megabytes of text (this repository's docs and sources, r
 as one document. Every side scores the same windows (context T, overlapping by T/2); each target
 once. Figures are scored bytes per second, warm (a first call on a small slice compiles and
 fills the memory pools); the sides alternate in each of --rounds rounds and the median is given.
+glibc's malloc is set as the `bytemodel` command sets it (cli/memory.roomy_malloc) for both sides,
+unless --plain-malloc.
 
     python3 benchmarks/score.py --device cpu --preset tiny --mb 0.2 --rounds 3
     python3 benchmarks/score.py --device cuda --preset base --mb 8 --hf --rounds 2
@@ -85,8 +87,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--hf", action="store_true")
     ap.add_argument("--json", default="")
+    ap.add_argument("--plain-malloc", action="store_true", help="glibc's defaults, not the CLI's roomy_malloc")
     a = ap.parse_args()
+    from bytemodel.cli.memory import roomy_malloc
     from bytemodel.ops import get_backend
+    roomy = not a.plain_malloc and roomy_malloc()     # as `bytemodel` sets it for every command
     precision = a.precision or ("fp16" if a.device == "cuda" else "fp32")
     cfg = preset(a.preset)
     m = Model(cfg, get_backend(a.device, precision))
@@ -114,7 +119,7 @@ def main():
             sync(a.device)
             rates[k].append(sizes[k] / (time.perf_counter() - t))
     res = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"{a.device} {precision} {a.preset}: {len(data):,} bytes")
+    print(f"{a.device} {precision} {a.preset}: {len(data):,} bytes; malloc {'roomy (as the CLI)' if roomy else 'plain'}")
     print("| side | bytes | bits/byte | bytes/s | ratio to ours |")
     print("|---|---:|---:|---:|---:|")
     ours = res["ours (score)"]

@@ -19,6 +19,7 @@ import typer
 
 from ..config import TrainConfig as D  # the training defaults, written once (in TrainConfig)
 from ..errors import ConfigError, exit_on_signal
+from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
 from .errors import need_stdout, user_errors
 from .helptext import tidy as tidy_help
@@ -493,6 +494,7 @@ def main() -> None:
     # `kill` (SIGTERM) unwinds like an error: temporary files and a fresh run's folder are removed
     # (raised where the threads can take it: errors.py, its end)
     signal.signal(signal.SIGTERM, exit_on_signal)
+    roomy_malloc()      # freed memory kept for reuse, not faulted in again each step (memory.py)
     app()
 
 

@@ -56,27 +56,6 @@ def _file_reader(lm, file: Path):
     return get_reader(spec) if spec else detect(file)
 
 
-# glibc's malloc for a compression's process: keep freed memory for reuse (ROOMY_MMAP, ROOMY_TRIM) instead
-# of handing every large temporary back to the kernel and faulting it in again zeroed the next step
-# (--adapt at tiny: ~300,000 page faults and 1.1-1.4 s of system time per 100 KB, against ~35,000 and
-# 0.3 s: benchmarks/README.md, "Freed memory kept"); set together, since either alone turns off
-# glibc's own adjustment of both and is worse. Not a bit of the output depends on it.
-ROOMY_MMAP = 32 << 20        # allocations below 32 MB (glibc's largest) come from the heap, not mmap
-ROOMY_TRIM = 256 << 20       # the heap gives memory back only when 256 MB lie free at its top
-
-
-def _roomy_malloc() -> bool:
-    """Set ROOMY_MMAP and ROOMY_TRIM where the C library is glibc (else nothing); True if set."""
-    import ctypes
-    import platform
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return bool(mallopt(M_MMAP_THRESHOLD, ROOMY_MMAP)) and bool(mallopt(M_TRIM_THRESHOLD, ROOMY_TRIM))
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -140,7 +119,6 @@ def compress(
         target = out or file.with_name(file.name + SUFFIX)
         _check_out(target, force)
         data = regular_file(file, "input").read_bytes()
-        _roomy_malloc()
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, adapt_lr, adapt_segment,
                                         adapt_optimizer, adapt_mix, adapt_stride)
         stats: dict = {}
@@ -183,7 +161,6 @@ def decompress(
             out = file.with_suffix("")
         _check_out(out, force)
         blob = regular_file(file, "input").read_bytes()
-        _roomy_malloc()
         header, _ = read(blob)
         backend = header["backend"]
         made_at = backend.get("precision", "fp32")

@@ -110,6 +110,36 @@ def _rotate(x, cos, sin, out, sign=1.0):
     return out
 
 
+def _wide_tables(cos, sin, sign):
+    """cos/sin (T, D/2) -> [cos, cos], sign * [-sin, sin] (T, D), for _rotate_wide."""
+    h = cos.shape[-1]
+    cc = np.empty(cos.shape[:-1] + (2 * h,), dtype=cos.dtype)
+    ss = np.empty_like(cc)
+    cc[..., :h] = cos
+    cc[..., h:] = cos
+    if sign > 0:
+        np.negative(sin, out=ss[..., :h])
+        ss[..., h:] = sin
+    else:
+        ss[..., :h] = sin
+        np.negative(sin, out=ss[..., h:])
+    return cc, ss
+
+
+def _rotate_wide(x, cc, ss):
+    """_rotate's result as a new contiguous array in three whole-row passes, the same bits:
+    x * [cos, cos] + [x2, x1] * ss, ss = [-sin, sin] (or [sin, -sin] for -angle); x1 cos - x2 sin
+    is x1 cos + x2 (-sin) in IEEE arithmetic, signed zeros included. cc/ss broadcast to x's (..., D);
+    made whole (not broadcast along the rows' last axes) so NumPy's inner loops run a row long,
+    not D/2 (at tiny's D = 32 the qkv rotation took 1.8 ms in _rotate, 0.95 this way)."""
+    h = x.shape[-1] // 2
+    r = np.multiply(x, cc)
+    swapped = x.reshape(x.shape[:-1] + (2, h))[..., ::-1, :]
+    tmp = np.multiply(swapped, ss.reshape(ss.shape[:-1] + (2, h)))
+    r += tmp.reshape(r.shape)
+    return r
+
+
 def rope_forward(x, cos, sin):
     """x (B, H, T, D), cos/sin (T, D/2) -> out (B, H, T, D)."""
     return _rotate(x, cos, sin, np.empty_like(x))
@@ -132,7 +162,8 @@ def qkv_rope_forward(qkv, cos, sin, B, T, H, K):
     t = qkv.reshape(B, T, H + 2 * K, D)                   # read in the projection's own layout
     out = np.empty((B, H + 2 * K, T, D), dtype=qkv.dtype)
     ov = out.transpose(0, 2, 1, 3)                        # (B, T, H+2K, D) view to write through
-    _rotate(t[:, :, :H + K], cos[:, None, :], sin[:, None, :], ov[:, :, :H + K])
+    cc, ss = _wide_tables(np.repeat(cos[:, None], H + K, axis=1), np.repeat(sin[:, None], H + K, axis=1), 1.0)
+    ov[:, :, :H + K] = _rotate_wide(t[:, :, :H + K], cc, ss)      # tables (T, H+K, D): a token's q, k heads
     ov[:, :, H + K:] = t[:, :, H + K:]
     return out[:, :H], out[:, H:H + K], out[:, H + K:]
 
@@ -143,8 +174,9 @@ def qkv_rope_backward(dq, dk, dv, cos, sin):
     K = dk.shape[1]
     d = np.empty((B, T, H + 2 * K, D), dtype=dq.dtype)
     dt = d.transpose(0, 2, 1, 3)                          # (B, H+2K, T, D) view
-    _rotate(dq, cos, sin, dt[:, :H], sign=-1.0)
-    _rotate(dk, cos, sin, dt[:, H:H + K], sign=-1.0)
+    cc, ss = _wide_tables(cos, sin, -1.0)                                 # (T, D)
+    dt[:, :H] = _rotate_wide(dq, cc, ss)
+    dt[:, H:H + K] = _rotate_wide(dk, cc, ss)
     dt[:, H + K:] = dv
     return d.reshape(B * T, (H + 2 * K) * D)
 
