@@ -214,7 +214,8 @@ class Model:
         return (self.cfg.dropout_attn, dropout_key(drop.seed, drop.step, ATTN_SITE + i),
                 drop.row0 * self.cfg.n_heads * T * T)
 
-    def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0, drop=None):
+    def block(self, i: int, x, W, cos, sin, B: int, T: int, cache=None, pos: int = 0, drop=None,
+              keep: int | None = None):
         """Layer i: x += Attn(RMSNorm(x)); x += SwiGLU(RMSNorm(x)). x (N, C) -> (x, saved).
 
         The one block both passes run: training (cache None; `saved` is what backward needs) and
@@ -226,6 +227,8 @@ class Model:
         rotation of their own absolute position, so no key moves).
         drop (a Dropout, training only): both residual branches go through dropout first (p =
         cfg.dropout), and the attention probabilities (p = cfg.dropout_attn).
+        keep (scoring's last layer, no cache): only the last `keep` positions of each window go on
+        past the keys and values; x comes back (B * keep, C).
         """
         o, cfg = self.ops, self.cfg
         H, K = cfg.n_heads, cfg.n_kv_heads
@@ -244,6 +247,10 @@ class Model:
                 kc[:, :, pos:S] = k
                 vc[:, :, pos:S] = v
             k, v = kc[:, :, :S], vc[:, :, :S]
+        if keep is not None and keep < T:          # the earlier positions serve as keys and values only
+            q = q[:, :, T - keep:]
+            x = x.reshape(B, T, -1)[:, T - keep:].reshape(B * keep, -1)
+            T = keep
         if cache is not None and T == 1:                                       # one new token a sequence
             a, lse = o.attention_decode(q, kc, vc, S), None                    # (B, H, 1, D)
         else:
@@ -365,12 +372,14 @@ class Model:
         shape = (B, cfg.n_kv_heads, S, cfg.head_dim)
         return [(xp.zeros(shape, dtype=dt), xp.zeros(shape, dtype=dt)) for _ in range(cfg.n_layers)]
 
-    def forward_cached(self, idx, cache, pos: int, W=None, hidden: bool = False):
+    def forward_cached(self, idx, cache, pos: int, W=None, hidden: bool = False, keep: int | None = None):
         """idx (B, T) new tokens at positions pos..pos+T-1, with keys 0..pos-1 in `cache`.
 
         Writes the new keys/values into the cache and returns logits (B, T, V) (the last T rows).
         W: the weights() views, when the caller calls this once per token and made them once.
         hidden: also return the trunk's last residual stream (B*T, C), the MTP heads' input.
+        keep (no cache: scoring): the logits of the last `keep` positions only, (B, keep, V); the
+        last layer's attention output, MLP and the head run for those rows alone.
         """
         o, cfg = self.ops, self.cfg
         B, T = idx.shape
@@ -384,11 +393,14 @@ class Model:
             cos, sin = self.rope(T, pos, dt)
         x, _ = o.embedding_forward(W["wte"], idx)
         x = x.reshape(N, C)
+        last = cfg.n_layers - 1
+        if keep is not None and (keep >= T or cache[last] is not None):
+            keep = None
         for i in range(cfg.n_layers):
-            x, _ = self.block(i, x, W, cos, sin, B, T, cache[i], pos)
+            x, _ = self.block(i, x, W, cos, sin, B, T, cache[i], pos, keep=keep if i == last else None)
         hf, _ = o.rmsnorm_forward(x, W["norm_f"], cfg.norm_eps)
         wh, _ = self.head(W)
-        logits = o.matmul_forward(hf, wh).reshape(B, T, cfg.vocab_size)
+        logits = o.matmul_forward(hf, wh).reshape(B, T if keep is None else keep, cfg.vocab_size)
         return (logits, x) if hidden else logits
 
     def draft_logits(self, x, W=None) -> list:

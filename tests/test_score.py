@@ -169,3 +169,21 @@ def test_cli_score_on_a_gpu_computes_in_fp16_by_default(tmp_path):
     line = {p: r.invoke(app, ["score", str(data), "-c", str(tmp_path / "run"), "--device", "cuda"]
                         + (["--precision", p] if p else [])).output for p in ("", "fp16", "fp32")}
     assert line[""] == line["fp16"] != line["fp32"], line
+
+
+def test_the_scored_tail_is_the_whole_forwards_last_rows():
+    """forward_cached(keep=k): the last layer and the head for the last k positions only (the
+    Scorer's CPU path) give the whole forward's last k rows of logits, to float32 rounding (the
+    products run over fewer rows, so BLAS may block them otherwise: 1e-5 of logits of order 1)."""
+    from bytemodel.gradcheck import tiny_config
+    cfg = tiny_config(context=32)
+    m = Model(cfg, numpy_ops)
+    m.init_weights(3)
+    x = np.random.default_rng(0).integers(0, cfg.vocab_size, (3, 32))
+    none = [None] * cfg.n_layers
+    whole = m.forward_cached(x, none, 0)
+    for k in (1, 12, 31):
+        tail = m.forward_cached(x, none, 0, keep=k)
+        assert tail.shape == (3, k, cfg.vocab_size)
+        np.testing.assert_allclose(tail, whole[:, -k:], rtol=1e-5, atol=1e-5)
+    assert m.forward_cached(x, none, 0, keep=32).shape == whole.shape
