@@ -31,6 +31,8 @@ def _model(cfg):
 
 
 def ours(cfg, n):
+    from bytemodel.cli.memory import roomy_malloc
+    roomy_malloc()      # as the `bytemodel` command sets it (cli/memory.py)
     m = _model(cfg)
     tok = Tokenizer()
     generate(m, tok, 8, PROMPT, seed=0)  # warm up

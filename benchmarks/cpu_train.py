@@ -30,6 +30,8 @@ WARMUP = 3  # untimed steps first: allocator, oneDNN primitive creation, caches
 
 
 def ours(cfg, B, T, steps, rng):
+    from bytemodel.cli.memory import roomy_malloc
+    roomy_malloc()      # as the `bytemodel` command sets it (cli/memory.py)
     m = Model(cfg, numpy_ops)
     m.init_weights(0)
     opt = AdamW(m)
