@@ -56,8 +56,6 @@ def _file_reader(lm, file: Path):
     return get_reader(spec) if spec else detect(file)
 
 
-
-
 def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not force:
         raise ConfigError(f"{out} exists (use --force to overwrite it)")

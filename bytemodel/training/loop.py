@@ -12,7 +12,8 @@ One path for every backend: the loop calls the op table (ops.global_norm, ops.ad
 ops.fetch_async) and never asks which device it runs on.
 
 Ctrl-C: the first press asks the loop to stop after the current step, save and exit; a second
-press interrupts at once (the last saved checkpoint is still intact: saves are atomic).
+press interrupts before the next step or validation batch, as `kill` does (errors.raise_soon;
+the last saved checkpoint is still intact: saves are atomic).
 """
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def saved_schedule(loaded) -> tuple[int, list]:
 
 
 class _StopFlag:
-    """First SIGINT sets the flag (stop after this step); a second raises KeyboardInterrupt."""
+    """First SIGINT sets the flag (stop after this step); a second raises KeyboardInterrupt (at the
+    loop's next poll)."""
 
     def __init__(self):
         self.set = False
