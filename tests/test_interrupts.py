@@ -79,3 +79,23 @@ def test_a_kill_in_the_training_loop_is_raised_before_the_next_step(tmp_path, dn
     where = traceback.extract_tb(e.value.__traceback__)[-1]
     assert where.name == "poll" and where.filename.endswith("errors.py"), where
     assert not (tmp_path / "run").exists()      # before the first checkpoint: the folder goes
+
+
+def test_a_kill_while_compressing_is_raised_between_steps(exit_on_sig):
+    """The compressor's lockstep loop on the CPU (lanes on a thread pool) is a held section too:
+    a signal during step 3 is raised by the poll before step 4, the lanes' threads idle."""
+    import bytemodel.compress.driver as bmz
+    from bytemodel.compress.adapt import Fresh
+    lm = Fresh("tiny")
+    data = bytes(np.random.default_rng(0).integers(65, 69, 4000).astype(np.uint8))
+    steps = []
+
+    def progress(active):
+        steps.append(active)
+        if len(steps) == 3:
+            kill_main()
+    with pytest.raises(SystemExit) as e:
+        bmz.compress(lm, data, streams=4, workers=2, progress=progress)
+    assert e.value.code == 128 + SIG and len(steps) == 3
+    where = traceback.extract_tb(e.value.__traceback__)[-1]
+    assert where.name == "poll" and where.filename.endswith("errors.py"), where

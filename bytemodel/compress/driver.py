@@ -65,7 +65,7 @@ import numpy as np
 
 from ..decode.lockstep import Lockstep, check_window
 from ..decode.window import keep
-from ..errors import CompressError, ConfigError
+from ..errors import CompressError, ConfigError, held, poll
 from ..ops.host import log_probs
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
@@ -162,26 +162,28 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
         if limiter is not None:
             limiter.__enter__()
         steps = int(lengths[0])
-        for t in range(steps):
-            active = int(np.count_nonzero(lengths > t))
-            if t == 0:
-                side.begin(active)
-            _on_workers(pool, mine, run_lane)
-            if mixer is not None:
-                side.wait()
-                _mixed(mixer, t, active, net, freqs, logp, A)
-            got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
-            feed[:active] = got
-            feed[active:] = 0
-            if mixer is not None:                  # (the next step's lanes, and any update, run meanwhile)
-                side.learn(t, active, got, int(np.count_nonzero(lengths > t + 1)) if t + 1 < steps else 0)
-            if adapter is not None:
-                adapter.record(t, active, got)
-                if adapter.due(t):
-                    adapter.update(t, lambda fn: _on_workers(pool, mine, fn))
-                    _new_weights(model, steppers, engine, graphed)
-            if progress is not None:
-                progress(active)
+        with held():       # a `kill` lands between steps, the lanes' threads idle (errors.py)
+            for t in range(steps):
+                poll()
+                active = int(np.count_nonzero(lengths > t))
+                if t == 0:
+                    side.begin(active)
+                _on_workers(pool, mine, run_lane)
+                if mixer is not None:
+                    side.wait()
+                    _mixed(mixer, t, active, net, freqs, logp, A)
+                got = decide(t, active, freqs[:active], None if logp is None else logp[:active])
+                feed[:active] = got
+                feed[active:] = 0
+                if mixer is not None:                  # (the next step's lanes, and any update, run meanwhile)
+                    side.learn(t, active, got, int(np.count_nonzero(lengths > t + 1)) if t + 1 < steps else 0)
+                if adapter is not None:
+                    adapter.record(t, active, got)
+                    if adapter.due(t):
+                        adapter.update(t, lambda fn: _on_workers(pool, mine, fn))
+                        _new_weights(model, steppers, engine, graphed)
+                if progress is not None:
+                    progress(active)
     finally:
         side.close()
         for st in steppers if graphed else ():
