@@ -16,14 +16,16 @@ ROOMY_TRIM = 256 << 20       # the heap gives memory back only when 256 MB lie f
 
 
 def roomy_malloc() -> bool:
-    """Set ROOMY_MMAP and ROOMY_TRIM where the C library is glibc (else nothing); True if set."""
+    """Set ROOMY_MMAP and ROOMY_TRIM where the C library is glibc (else nothing); True if set.
+    The running C library says what it is (confstr), at every command's start-up, without reading
+    the interpreter's binary as platform.libc_ver does."""
     import ctypes
-    import platform
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
+    import os
     try:
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+            return False
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (ValueError, OSError, AttributeError):
         return False
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return bool(mallopt(M_MMAP_THRESHOLD, ROOMY_MMAP)) and bool(mallopt(M_TRIM_THRESHOLD, ROOMY_TRIM))
