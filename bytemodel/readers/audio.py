@@ -14,8 +14,11 @@ Decoding: the file is read as 16-bit integers, channels are averaged to mono, an
 resampled to ``rate`` (default 8000 Hz, telephone speech) simply: a Hann-windowed sinc low-pass
 when lowering the rate, then linear interpolation.
 
-Options: ``rate=N`` (Hz, 1000..192000), ``encoding=mulaw|pcm16``, ``clip=SECONDS`` (cut each file
-into documents of that length; the last one may be shorter).
+Options: ``rate=N`` (Hz, 1000..192000), ``encoding=mulaw|pcm16|pcm16msb``, ``clip=SECONDS`` (cut
+each file into documents of that length; the last one may be shorter), ``invert=yes`` (training
+only: each training document is added again with its polarity inverted, every sample negated, as
+``fasta:revcomp`` adds the other strand; a waveform's sign is the microphone's wiring, not the
+sound, so the model sees twice the speech; -32768 becomes 32767).
 
 ``write`` turns any byte string into a playable mono file at ``rate`` in the container its
 extension names (WRITES: .wav, .flac, .aiff, .au, .w64, .caf as 16-bit PCM; .ogg Vorbis, .opus,
@@ -43,7 +46,7 @@ import numpy as np
 
 from ..atomic import write_atomic
 from ..errors import SourceError
-from .base import Reader, choice, need
+from .base import Reader, choice, need, parse_bool
 from .packing import Packer, Unpacker
 
 DEFAULT_RATE = 8000  # Hz: speech stays intelligible, 1 s = 8000 bytes of context
@@ -82,6 +85,12 @@ _DECODE = _decode_table()
 def mulaw_decode(codes: np.ndarray) -> np.ndarray:
     """mu-law codes uint8 (N,) -> int16 samples (N,)."""
     return _DECODE[codes.astype(np.uint8)]
+
+
+def inverted(x: np.ndarray) -> np.ndarray:
+    """int16 samples (N,) -> the same with the polarity inverted; -32768 has no negation and
+    becomes 32767."""
+    return np.minimum(-x.astype(np.int32), 32767).astype(np.int16)
 
 
 # ---- resampling ---------------------------------------------------------------------------------
@@ -128,7 +137,7 @@ class AudioReader(Reader):
                   ".snd", ".mp3", ".w64", ".caf")
     magic = (b"fLaC", b"OggS", b".snd", b"ID3")
     description = "audio via soundfile: mono 8-bit mu-law (or 16-bit PCM) at 8 kHz; writes WAV"
-    OPTIONS = {"rate": _rate, "encoding": choice("mulaw", "pcm16", "pcm16msb"), "clip": _clip}
+    OPTIONS = {"rate": _rate, "encoding": choice("mulaw", "pcm16", "pcm16msb"), "clip": _clip, "invert": parse_bool}
 
     def sniff(self, head: bytes) -> bool:
         return (super().sniff(head) or (head[:4] == b"RIFF" and head[8:12] == b"WAVE")
@@ -141,6 +150,17 @@ class AudioReader(Reader):
     @property
     def encoding(self) -> str:
         return self.options.get("encoding", "mulaw")
+
+    @property
+    def augments(self) -> bool:
+        return bool(self.options.get("invert"))
+
+    def training_copies(self, doc: bytes) -> list[bytes]:
+        """invert: the document with every sample negated (a document the split cut keeps its whole
+        samples: an odd trailing byte of pcm16 is dropped)."""
+        if not self.augments:
+            return []
+        return [self.encode(inverted(self.decode(doc)))]
 
     def decode_samples(self, path: str | os.PathLike) -> np.ndarray:
         """A file -> int16 mono samples (N,) at self.rate."""

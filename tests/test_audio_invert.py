@@ -1,0 +1,58 @@
+"""audio:invert: each training clip again with its polarity inverted, in every encoding, training only."""
+import numpy as np
+import pytest
+
+import bytemodel
+from bytemodel.corpus import open_corpus
+from bytemodel.readers import get_reader
+from bytemodel.readers.audio import inverted
+
+pytest.importorskip("soundfile")
+
+
+def test_inverted_by_hand():
+    x = np.array([0, 1, -1, 1000, -32768, 32767], dtype=np.int16)
+    assert inverted(x).tolist() == [0, -1, 1, -1000, 32767, -32767]
+
+
+@pytest.mark.parametrize("encoding", ["pcm16", "pcm16msb", "mulaw"])
+def test_training_copy_is_the_negated_samples(encoding):
+    r = get_reader(f"audio:encoding={encoding},invert=yes")
+    assert r.augments and not get_reader(f"audio:encoding={encoding}").augments
+    x = np.random.default_rng(1).integers(-32768, 32768, 500).astype(np.int16)
+    doc = r.encode(x)
+    (copy,) = r.training_copies(doc)
+    assert len(copy) == len(doc)
+    want = inverted(r.decode(doc))
+    assert np.array_equal(r.decode(copy), want)
+    if encoding == "mulaw":          # mu-law is symmetric: the copy is the sign bit flipped
+        assert copy == bytes(b ^ 0x80 for b in doc)
+    assert get_reader(f"audio:encoding={encoding}").training_copies(doc) == []
+
+
+def test_invert_reaches_training_only(tmp_path, fast_settings):
+    sf = pytest.importorskip("soundfile")
+    rng = np.random.default_rng(0)
+    src = tmp_path / "clips"
+    src.mkdir()
+    for i, n in enumerate((900, 700, 800)):
+        t = np.arange(n)
+        wave = (3000 * np.sin(t / (3 + i)) + rng.normal(0, 200, n)).astype(np.int16)
+        sf.write(str(src / f"c{i}.wav"), wave, 8000, subtype="PCM_16")
+    s = {**fast_settings, "steps": 1}
+    plain = bytemodel.train(src, tmp_path / "plain", reader="audio:encoding=pcm16", **s)
+    inv = bytemodel.train(src, tmp_path / "inv", reader="audio:encoding=pcm16,invert=yes", **s)
+    a, b = open_corpus(plain.run_dir), open_corpus(inv.run_dir)
+    assert np.array_equal(np.asarray(a.val), np.asarray(b.val))          # the same held-out tail
+    assert np.array_equal(np.asarray(b.train[:a.split]), np.asarray(a.train))
+    r = get_reader("audio:encoding=pcm16")
+    ids = np.asarray(a.train)
+    cuts = np.flatnonzero(ids == 256)
+    pieces = [ids[s:e] for s, e in zip(np.r_[0, cuts + 1], np.r_[cuts, len(ids)]) if e > s]
+    extra = np.asarray(b.train[a.split:])
+    ecuts = np.flatnonzero(extra == 256)
+    copies = [extra[s:e] for s, e in zip(np.r_[0, ecuts + 1], np.r_[ecuts, len(extra)]) if e > s]
+    assert len(copies) == len(pieces) == 3         # the third clip is cut by the split: its training part
+    for p, c in zip(pieces, copies):
+        x = r.decode(bytes(p.astype(np.uint8)))
+        assert np.array_equal(r.decode(bytes(c.astype(np.uint8))), inverted(x))
