@@ -77,3 +77,20 @@ def test_the_end_of_a_run_reports_the_tail_as_score_reads_it(tmp_path, dna_file)
     assert lm.score_tail()["bits_per_byte"] == want          # the public API's figure is the same
     assert float(m.group(1)) == pytest.approx(want, abs=1e-4)   # printed to 4 digits
     assert "best: step" in r.output and m.group(2) in r.output.split("best:")[1].split("\n")[0]
+
+
+def test_a_failure_of_the_tail_figure_is_named_and_the_run_kept(tmp_path, dna_file, monkeypatch):
+    from typer.testing import CliRunner
+    import bytemodel
+    from bytemodel.cli import app
+
+    def broken(self, run_dir=None):
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr(bytemodel.LanguageModel, "score_tail", broken)
+    run_dir = tmp_path / "run"
+    r = CliRunner().invoke(app, ["train", "--source", str(dna_file), "--steps", "4", "--out", str(run_dir),
+                                 "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",
+                                 "--context", "32", "--batch-size", "4", "--device", "cpu", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "note: the held-out tail could not be scored as `score` reads it (ZeroDivisionError: planted)" in r.output
+    assert (run_dir / "best.safetensors").exists() and "Traceback" not in r.output

@@ -171,7 +171,9 @@ def _tail_as_scored(res) -> float | None:
     compressors' is the one `score`, `eval` and `compress` see (the run's validations read
     non-overlapping windows: at 256 tokens on DNA 0.045 bits/byte more; benchmarks/README.md, "A
     shorter window on nucleotides"). None for a fine-tune, or where it cannot be scored: the
-    validation figure is printed alone then."""
+    validation figure is printed alone then. The run is saved either way: a failure here (a
+    bytemodel or OS error, no memory, or a bug) leaves one `note:` line that names it, never a
+    traceback and never a failed command."""
     try:
         from .. import LanguageModel, checkpoint as ckpt
         from ..ops import resolve_device
@@ -184,7 +186,10 @@ def _tail_as_scored(res) -> float | None:
         lm = LanguageModel(loaded, resolve_device(conf.get("device", "cpu")), conf.get("precision", "fp32"))
         r = lm.score_tail(res.run_dir)
         return r["bits_per_byte"] if r["bytes"] else None
-    except Exception:   # the run is saved and reported either way; this figure is an extra
+    except Exception as e:   # the run is saved and reported either way; this figure is an extra
+        msg = str(e).splitlines()[0] if str(e) else ""
+        typer.echo(f"note: the held-out tail could not be scored as `score` reads it ({type(e).__name__}"
+                   f"{': ' + msg if msg else ''}); the validation figure is shown alone", err=True)
         return None
 
 
