@@ -30,7 +30,7 @@ def test_training_copy_is_the_negated_samples(encoding):
     assert get_reader(f"audio:encoding={encoding}").training_copies(doc) == []
 
 
-def test_invert_reaches_training_only(tmp_path, fast_settings):
+def _clips(tmp_path):
     sf = pytest.importorskip("soundfile")
     rng = np.random.default_rng(0)
     src = tmp_path / "clips"
@@ -39,6 +39,11 @@ def test_invert_reaches_training_only(tmp_path, fast_settings):
         t = np.arange(n)
         wave = (3000 * np.sin(t / (3 + i)) + rng.normal(0, 200, n)).astype(np.int16)
         sf.write(str(src / f"c{i}.wav"), wave, 8000, subtype="PCM_16")
+    return src
+
+
+def test_invert_reaches_training_only(tmp_path, fast_settings):
+    src = _clips(tmp_path)
     s = {**fast_settings, "steps": 1}
     plain = bytemodel.train(src, tmp_path / "plain", reader="audio:encoding=pcm16", **s)
     inv = bytemodel.train(src, tmp_path / "inv", reader="audio:encoding=pcm16,invert=yes", **s)
@@ -56,3 +61,38 @@ def test_invert_reaches_training_only(tmp_path, fast_settings):
     for p, c in zip(pieces, copies):
         x = r.decode(bytes(p.astype(np.uint8)))
         assert np.array_equal(r.decode(bytes(c.astype(np.uint8))), inverted(x))
+
+
+def test_auto_invert_rule():
+    from bytemodel.training.autoconf import INVERT_SMALL_DATA, auto_invert
+    assert auto_invert(3_000_000, "cuda") and auto_invert(INVERT_SMALL_DATA, "cuda")
+    assert not auto_invert(INVERT_SMALL_DATA + 1, "cuda") and not auto_invert(1_000_000, "cpu")
+
+
+def test_auto_invert_decision_and_run(tmp_path, fast_settings, monkeypatch):
+    """prepare's rule for a GPU run on audio (the corpus built here on the CPU): the detected or
+    given audio reader gains invert, its options kept; invert=no, another reader or the CPU, none.
+    Where it says yes a run trains on the same tokens as audio:invert=yes, with one note line."""
+    from bytemodel.config import TrainConfig
+    from bytemodel.tokenizer import Tokenizer
+    from bytemodel.training import prepare
+    from bytemodel.training.prepare import _augmenting_reader
+    src = _clips(tmp_path)
+    s = {**fast_settings, "steps": 1}
+    cpu = bytemodel.train(src, tmp_path / "cpu", reader="audio:encoding=pcm16", **s)
+    corpus, tok = open_corpus(cpu.run_dir), Tokenizer()
+    reader, auto = _augmenting_reader(TrainConfig(source=str(src), device="cuda"), corpus, tok)
+    assert auto and reader.augments and reader.name == "audio"            # detected audio, small, GPU
+    reader, auto = _augmenting_reader(TrainConfig(source=str(src), device="cuda", reader="audio:encoding=pcm16"),
+                                      corpus, tok)
+    assert auto and reader.augments and reader.options["encoding"] == "pcm16"
+    for given in ("audio:invert=no", "raw"):
+        assert _augmenting_reader(TrainConfig(source=str(src), device="cuda", reader=given), corpus, tok) == (None, False)
+    assert _augmenting_reader(TrainConfig(source=str(src), device="cpu"), corpus, tok) == (None, False)
+    given = bytemodel.train(src, tmp_path / "given", reader="audio:encoding=pcm16,invert=yes", **s)
+    monkeypatch.setattr(prepare, "auto_invert", lambda n, device: True)
+    lines = []
+    auto = bytemodel.train(src, tmp_path / "auto", reader="audio:encoding=pcm16", log=lines.append, **s)
+    assert sum("inverted polarity: each training clip added again" in x for x in lines) == 1
+    a, g, c = open_corpus(auto.run_dir), open_corpus(given.run_dir), open_corpus(cpu.run_dir)
+    assert np.array_equal(np.asarray(a.tokens), np.asarray(g.tokens)) and a.n_docs == c.n_docs + 3

@@ -181,6 +181,24 @@ def auto_revcomp(train_bytes: int, device: str) -> bool:
     return device != "cpu" and train_bytes <= REVCOMP_SMALL_DATA
 
 
+INVERT_SMALL_DATA = 8_000_000    # training bytes up to which a GPU run adds each clip inverted (auto_invert)
+
+
+def auto_invert(train_bytes: int, device: str) -> bool:
+    """Whether an audio run whose reader leaves `invert` unset adds each training clip again with
+    its polarity inverted (readers/audio.py; training/augment.py): the speech counterpart of the
+    reverse strand, new data to a run that sees its clips many times over.
+
+    From H100 runs of 5 minutes (benchmarks/README.md, "Speech with its polarity inverted"):
+    codec2's twelve training clips (2.8 MB of pcm16 at 8 kHz), the two held-out clips 1,401,497
+    bits with the defaults before (small, stopped by patience at 129 planned passes) and 1,356,207
+    with the inverted copies in the same call (-3.2%; the doubled data makes `--preset auto` pick
+    base, which ran to the budget's end), 1,353,196 with this rule alone on the GPU (-2.5% under
+    FLAC -8). Not measured on more audio than that, nor on the CPU, whose runs see their data a
+    few times at most: the same bounds as the reverse strand's."""
+    return device != "cpu" and train_bytes <= INVERT_SMALL_DATA
+
+
 def auto_precision(device: str, capability: tuple[int, int] | None = None) -> str:
     """fp32 on the CPU; bf16 on a GPU of compute capability >= 8.0 (Ampere on), else fp16."""
     if device == "cpu":

@@ -27,7 +27,7 @@ from ..pairs import open_examples
 from ..tokenizer import Tokenizer
 from ..validation import stored_train_config
 from . import distributed
-from .autoconf import REVCOMP_SMALL_DATA, auto_context, auto_revcomp, auto_tile
+from .autoconf import INVERT_SMALL_DATA, REVCOMP_SMALL_DATA, auto_context, auto_invert, auto_revcomp, auto_tile
 
 
 @dataclass(frozen=True)
@@ -201,10 +201,14 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     if reader is not None:                   # the reader adds copies of training documents
         from .augment import add_training_copies
         corpus = add_training_copies(run_dir, corpus, tok, reader.training_copies)
-        if auto:
+        if auto and reader.name == "fasta":
             notes += ("reverse strand: each training record's reverse complement added (fasta revcomp auto: "
                      f"a GPU run on at most {REVCOMP_SMALL_DATA // 1_000_000} MB of nucleotides; "
                      "--reader fasta:revcomp=no turns it off)",)
+        elif auto:
+            notes += ("inverted polarity: each training clip added again with every sample negated (audio "
+                      f"invert auto: a GPU run on at most {INVERT_SMALL_DATA // 1_000_000} MB of audio; "
+                      "--reader audio:invert=no turns it off)",)
     window_given = (tc.context, tc.batch_size)
     resolve(tc, resolve_device(tc.device), _train_bytes(corpus), cores(), train_tokens=len(corpus.train),
             nucleotides=dna)
@@ -267,17 +271,24 @@ def _train_bytes(corpus) -> int:
 
 
 def _augmenting_reader(tc: TrainConfig, corpus, tok: Tokenizer, dna: bool | None = None):
-    """(the reader whose training copies this run adds (fasta:revcomp) or None, whether auto chose it).
+    """(the reader whose training copies this run adds (fasta:revcomp, audio:invert) or None,
+    whether auto chose it).
 
     Given (--reader fasta:revcomp=yes), as asked. Left unset, on a source that is all FASTA
     (given as --reader fasta[:...] or detected), the reverse strand is added when
     autoconf.auto_revcomp says so for the run's device and training bytes, and every byte of the
-    data is a nucleotide code (a protein FASTA has no reverse complement)."""
+    data is a nucleotide code (a protein FASTA has no reverse complement); on a source that is all
+    audio, the inverted clips when autoconf.auto_invert says so."""
     from ..readers import get_reader
+    from ..readers.audio import AudioReader
     from ..readers.fasta import FastaReader
     given = get_reader(tc.reader) if tc.reader else None
     if given is not None and given.augments:
         return given, False
+    audio = _reader_leaving(tc, AudioReader, "invert")
+    if audio is not None:
+        ok = auto_invert(_train_bytes(corpus), tc.device)
+        return (AudioReader(**{**audio.options, "invert": True}), True) if ok else (None, False)
     reader = _reader_leaving(tc, FastaReader, "revcomp")
     if reader is None or not auto_revcomp(_train_bytes(corpus), tc.device):
         return None, False
