@@ -18,7 +18,8 @@ Options: ``rate=N`` (Hz, 1000..192000), ``encoding=mulaw|pcm16|pcm16msb``, ``cli
 each file into documents of that length; the last one may be shorter), ``invert=yes`` (training
 only: each training document is added again with its polarity inverted, every sample negated, as
 ``fasta:revcomp`` adds the other strand; a waveform's sign is the microphone's wiring, not the
-sound, so the model sees twice the speech; -32768 becomes 32767).
+sound, so the model sees twice the speech; -32768 becomes 32767; left unset, a GPU training run on
+at most 8 MB of audio turns it on: training/autoconf.auto_invert).
 
 ``write`` turns any byte string into a playable mono file at ``rate`` in the container its
 extension names (WRITES: .wav, .flac, .aiff, .au, .w64, .caf as 16-bit PCM; .ogg Vorbis, .opus,
