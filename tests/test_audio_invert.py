@@ -51,16 +51,17 @@ def test_invert_reaches_training_only(tmp_path, fast_settings):
     assert np.array_equal(np.asarray(a.val), np.asarray(b.val))          # the same held-out tail
     assert np.array_equal(np.asarray(b.train[:a.split]), np.asarray(a.train))
     r = get_reader("audio:encoding=pcm16")
-    ids = np.asarray(a.train)
-    cuts = np.flatnonzero(ids == 256)
-    pieces = [ids[s:e] for s, e in zip(np.r_[0, cuts + 1], np.r_[cuts, len(ids)]) if e > s]
-    extra = np.asarray(b.train[a.split:])
-    ecuts = np.flatnonzero(extra == 256)
-    copies = [extra[s:e] for s, e in zip(np.r_[0, ecuts + 1], np.r_[ecuts, len(extra)]) if e > s]
+    pieces, copies = _documents(a.train), _documents(b.train[a.split:])
     assert len(copies) == len(pieces) == 3         # the third clip is cut by the split: its training part
     for p, c in zip(pieces, copies):
-        x = r.decode(bytes(p.astype(np.uint8)))
-        assert np.array_equal(r.decode(bytes(c.astype(np.uint8))), inverted(x))
+        assert np.array_equal(r.decode(c), inverted(r.decode(p)))
+
+
+def _documents(ids, doc_id=256) -> list[bytes]:
+    """Token ids (plain bytes) -> the documents between separators, as bytes."""
+    ids = np.asarray(ids)
+    cuts = np.flatnonzero(ids == doc_id)
+    return [bytes(ids[s:e].astype(np.uint8)) for s, e in zip(np.r_[0, cuts + 1], np.r_[cuts, len(ids)]) if e > s]
 
 
 def test_auto_invert_rule():
