@@ -13,6 +13,7 @@
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
+#     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: dropout 0.2 / attention
 #                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
 #     bash benchmarks/device_check.sh split      # the four-genome split (.dev/ksplit from benchmarks/klebsiella_split.py),
@@ -112,6 +113,22 @@ for p in ('fp16', 'bf16'):
     step "training at base against torch.compile"
     timeout 240 python3 benchmarks/gpu_train.py --presets base --bf16 base --steps 10 --json "$OUT/train.json" 2>&1 \
         | grep -E "tok/s|peak"
+    exit 0
+fi
+if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16
+    for f in embedding rmsnorm rope swiglu residual cross_entropy optim score; do
+        for p in fp16 bf16; do
+            step "kernels/$f.py $p"
+            timeout 60 python3 benchmarks/kernels/$f.py --presets base --precision $p --json "$OUT/kernel_${f}_$p.json" \
+                > "$OUT/kernel_${f}_$p.log" 2>&1
+            echo "rc=$?"; tail -n 4 "$OUT/kernel_${f}_$p.log"
+        done
+    done
+    step "what dropout costs: its kernels and a base step with and without (issue 27's 3%)"
+    timeout 150 python3 benchmarks/kernels/dropout.py --precision bf16 --steps 10 --json "$OUT/kernel_dropout.json" \
+        > "$OUT/kernel_dropout.log" 2>&1; echo "rc=$?"; tail -n 8 "$OUT/kernel_dropout.log"
+    timeout 90 python3 benchmarks/kernels/attn_dropout.py --presets base --precision bf16 > "$OUT/kernel_attn_dropout.log" 2>&1
+    echo "rc=$?"; tail -n 6 "$OUT/kernel_attn_dropout.log"
     exit 0
 fi
 if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed
