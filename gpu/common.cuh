@@ -91,7 +91,7 @@ __device__ __forceinline__ void store_row(act_t* p, int c, const float* f) {
     }
 }
 
-// The dropout hash (numpy_ops.dropout_keep's rule; dropout.cu and flash_attn.cu draw with it):
+// The dropout hash (numpy_ops.dropout_keep's rule; dropout.cu and the attention kernels draw with it):
 // element g is kept when byte g % 4 of drop_word(g / 4, k0, k1) is >= the threshold.
 __device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
     x ^= x >> 16;
@@ -103,6 +103,84 @@ __device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
 }
 
 __device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }
+
+// Attention-probability dropout (training; numpy_ops.attention_forward's drop=), drawn inside the
+// attention kernels (flash_attn.cu's FA2 ones, flash_hopper.cu's wgmma ones): probability
+// (b, h, i, j) of the whole batch (query i, key j, S keys a row) is element
+// g = off + ((b H + h) T + i) S + j of the dropout hash (the rule of numpy_ops.attn_keep), kept
+// when its byte >= thr, then scaled by `scale` = 256 / (256 - thr). Nothing is stored: the
+// backward draws the same bits again. thr == 0 is never launched (the kernels without dropout
+// are separate instances, DROP = false). When off and S are multiples of 4 (`aligned`: a hash
+// word is 4 keys of one row) lanes share words through shuffles, one hash per 4 probabilities;
+// otherwise each probability hashes its own word. Both helpers take a tile in mma.sync's C
+// layout (16 x 8 per warp; lane = 4 g + t holds rows g and g + 8, columns 2 t and 2 t + 1), which
+// is also the layout of a wgmma accumulator's 8-column blocks.
+struct Drop {
+    i64 off;
+    u32 k0, k1, thr;
+    float scale;
+};
+
+__device__ __forceinline__ float drop_keep(float p, u32 byte, const Drop& dr) {
+    return (byte & 0xffu) >= dr.thr ? p * dr.scale : 0.f;
+}
+
+// The forward's tile row (queries are rows): s[nt][2 rh + e] is key n0 + 8 nt + 2 t + e of the
+// row whose element index at key n0 is rb. aligned: lanes t and t ^ 1 (same row, keys
+// 8 nt + 4 (t >> 1) .. + 3 of tiles nt and nt + 1) hash one word each and swap.
+template <int NTL>
+__device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb, int t, bool aligned,
+                                             const Drop& dr) {
+    if (aligned) {
+#pragma unroll
+        for (int nt = 0; nt < NTL; nt += 2) {
+            u32 mine = drop_word((u32)((rb + (nt + (t & 1)) * 8 + (t >> 1) * 4) >> 2), dr.k0, dr.k1);
+            u32 other = __shfl_xor_sync(0xffffffffu, mine, 1);
+            u32 w0 = ((t & 1) ? other : mine) >> (16 * (t & 1));   // keys 2t, 2t + 1: bytes 2 (t & 1), + 1
+            u32 w1 = ((t & 1) ? mine : other) >> (16 * (t & 1));
+            s[nt][2 * rh] = drop_keep(s[nt][2 * rh], w0, dr);
+            s[nt][2 * rh + 1] = drop_keep(s[nt][2 * rh + 1], w0 >> 8, dr);
+            s[nt + 1][2 * rh] = drop_keep(s[nt + 1][2 * rh], w1, dr);
+            s[nt + 1][2 * rh + 1] = drop_keep(s[nt + 1][2 * rh + 1], w1 >> 8, dr);
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NTL; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                i64 gi = rb + nt * 8 + 2 * t + e;
+                u32 w = drop_word((u32)(gi >> 2), dr.k0, dr.k1);
+                s[nt][2 * rh + e] = drop_keep(s[nt][2 * rh + e], w >> (8 * (int)(gi & 3)), dr);
+            }
+    }
+}
+
+// The backward's tile of S^T (keys are rows): z[e] (the kept scale or 0) of element e of this
+// lane's 16 x 8 fragment, key kb + g + 8 (e / 2) of query column 2 t + (e % 2), where the
+// element index of (column c, key j) is base + c S + j. aligned: the keys 4a .. 4a + 3 of one
+// query are the lanes 16 (g / 4) + 4 i + t, i = 0 .. 3, which need one word for each e: lane i
+// hashes the one for e = i, then all shuffle.
+__device__ __forceinline__ void drop_bwd_frag(float (&z)[4], i64 base, int S, int kb, int lane,
+                                              bool aligned, const Drop& dr) {
+    const int g = lane / 4, t = lane % 4;
+    u32 wmine = 0;
+    if (aligned) {
+        const int e = g & 3;
+        wmine = drop_word((u32)((base + (i64)(2 * t + (e & 1)) * S + kb + (g & ~3) + (e >> 1) * 8) >> 2),
+                          dr.k0, dr.k1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        u32 byte;
+        if (aligned) {
+            byte = __shfl_sync(0xffffffffu, wmine, (lane & 0x13) | (e << 2)) >> (8 * (g & 3));
+        } else {
+            const i64 gi = base + (i64)(2 * t + (e & 1)) * S + kb + g + (e >> 1) * 8;
+            byte = drop_word((u32)(gi >> 2), dr.k0, dr.k1) >> (8 * (int)(gi & 3));
+        }
+        z[e] = drop_keep(1.f, byte, dr);
+    }
+}
 
 #if HAS_MMA
 // ---- for the tensor-core kernels (flash_attn.cu, flash_hopper.cu, decode.cu): softmax constants, shared

@@ -59,55 +59,6 @@ __device__ __forceinline__ void load_tile(act_t* s, const act_t* g, i64 rs, int 
 }
 
 // ------------------------------------------------------------------------------------------------
-// Attention-probability dropout (training; numpy_ops.attention_forward's drop=): probability
-// (b, h, i, j) of the whole batch (query i, key j, S keys a row) is element
-// g = off + ((b H + h) T + i) S + j of the dropout hash (common.cuh's drop_word, the rule of
-// numpy_ops.attn_keep), kept when its byte >= thr, then scaled by `scale` = 256 / (256 - thr).
-// Nothing is stored: the backward draws the same bits again. thr == 0 is never launched (the
-// kernels without dropout are separate instances, DROP = false). When off and S are multiples
-// of 4 (`aligned`: a hash word is 4 keys of one row) lanes share words through shuffles, one
-// hash per 4 probabilities; otherwise each probability hashes its own word.
-struct Drop {
-    i64 off;
-    u32 k0, k1, thr;
-    float scale;
-};
-
-__device__ __forceinline__ float drop_keep(float p, u32 byte, const Drop& dr) {
-    return (byte & 0xffu) >= dr.thr ? p * dr.scale : 0.f;
-}
-
-// The forward's tile row: s[nt][2 rh + e] is key n0 + 8 nt + 2 t + e of the row whose element
-// index at key n0 is rb. aligned: lanes t and t ^ 1 (same row, keys 8 nt + 4 (t >> 1) .. + 3 of
-// tiles nt and nt + 1) hash one word each and swap.
-template <int NTL>
-__device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb, int t, bool aligned,
-                                             const Drop& dr) {
-    if (aligned) {
-#pragma unroll
-        for (int nt = 0; nt < NTL; nt += 2) {
-            u32 mine = drop_word((u32)((rb + (nt + (t & 1)) * 8 + (t >> 1) * 4) >> 2), dr.k0, dr.k1);
-            u32 other = __shfl_xor_sync(0xffffffffu, mine, 1);
-            u32 w0 = ((t & 1) ? other : mine) >> (16 * (t & 1));   // keys 2t, 2t + 1: bytes 2 (t & 1), + 1
-            u32 w1 = ((t & 1) ? mine : other) >> (16 * (t & 1));
-            s[nt][2 * rh] = drop_keep(s[nt][2 * rh], w0, dr);
-            s[nt][2 * rh + 1] = drop_keep(s[nt][2 * rh + 1], w0 >> 8, dr);
-            s[nt + 1][2 * rh] = drop_keep(s[nt + 1][2 * rh], w1, dr);
-            s[nt + 1][2 * rh + 1] = drop_keep(s[nt + 1][2 * rh + 1], w1 >> 8, dr);
-        }
-    } else {
-#pragma unroll
-        for (int nt = 0; nt < NTL; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                i64 gi = rb + nt * 8 + 2 * t + e;
-                u32 w = drop_word((u32)(gi >> 2), dr.k0, dr.k1);
-                s[nt][2 * rh + e] = drop_keep(s[nt][2 * rh + e], w >> (8 * (int)(gi & 3)), dr);
-            }
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
 // Forward. Each warp owns MT m-tiles of 16 query rows (BM = 16 * MT * NW rows per CTA), so every
 // K/V fragment read from shared memory feeds MT tensor-core products. QREG keeps the Q fragments
 // in registers for the whole CTA (head dim 64); otherwise they are re-read per key tile.
@@ -457,14 +408,8 @@ __device__ __forceinline__ void flash_bwd(
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int nt = 0; nt < BM / 8; nt++) {
-                // aligned: keys 4a .. 4a + 3 of a query are lanes 16a + 4i + t (i = 0..3, g = 4a + i),
-                // which need the same word for each e; lane i hashes the one for e = i, then shuffles
-                u32 wmine = 0;
-                if (aligned) {
-                    const int e = g & 3;
-                    const int qc = nt * 8 + 2 * t + (e & 1), key0 = n0 + wkey + mt * 16 + (g & ~3) + (e >> 1) * 8;
-                    wmine = drop_word((u32)((dr.off + (drow + qc) * S + key0) >> 2), dr.k0, dr.k1);
-                }
+                float z[4];
+                if (DROP) drop_bwd_frag(z, dr.off + (drow + nt * 8) * S, S, n0 + wkey + mt * 16, lane, aligned, dr);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int qc = nt * 8 + 2 * t + (e & 1);
@@ -472,16 +417,8 @@ __device__ __forceinline__ void flash_bwd(
                     float p = exp2f(sp[mt][nt][e] * scale_log2 - cL[qc]);
                     if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
                     if (DROP) {
-                        u32 byte;
-                        if (aligned) {
-                            byte = __shfl_sync(0xffffffffu, wmine, (lane & 0x13) | (e << 2)) >> (8 * (g & 3));
-                        } else {
-                            i64 gi = dr.off + (drow + qc) * S + key;
-                            byte = drop_word((u32)(gi >> 2), dr.k0, dr.k1) >> (8 * (int)(gi & 3));
-                        }
-                        float z = drop_keep(1.f, byte, dr);
-                        sp[mt][nt][e] = p * z;
-                        dp[mt][nt][e] = p * (z * dp[mt][nt][e] - cDl[qc]);
+                        sp[mt][nt][e] = p * z[e];
+                        dp[mt][nt][e] = p * (z[e] * dp[mt][nt][e] - cDl[qc]);
                     } else {
                         sp[mt][nt][e] = p;
                         dp[mt][nt][e] = p * (dp[mt][nt][e] - cDl[qc]);

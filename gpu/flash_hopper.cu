@@ -187,12 +187,12 @@ template <> struct Wg<128> {
 // PP (two warpgroups, no OVERLAP): ping-pong, FlashAttention-3's scheduling across warpgroups:
 // the two take turns at the score product (named barriers 1 and 2: a warpgroup issues Q K^T
 // only after the other's has finished), so one's softmax runs while the other's products do.
-template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW, bool PP>
+template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW, bool PP, bool DROP = false>
 __device__ __forceinline__ void flash_fwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-    i64 osb, i64 osh, i64 ost, float scale_log2) {
+    i64 osb, i64 osh, i64 ost, float scale_log2, Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
     constexpr int BM = 64 * WGS, NT = 128 * WGS, TILE = BN * D * 2;   // bytes of one K or V tile
     constexpr int AHEAD = OVERLAP ? 2 : 1;                            // tiles loaded ahead
     static_assert(STAGES >= AHEAD + 1, "a stage per tile in flight and the one being read");
@@ -318,6 +318,10 @@ __device__ __forceinline__ void flash_fwd_h(
                     sum += p0 + p1;
                 }
                 lrow[rh] = lrow[rh] * alpha + sum;
+                if constexpr (DROP)   // after the row sum: l (and LSE) stay those of the undropped P
+                    drop_fwd_row<BN / 8>(reinterpret_cast<float(&)[BN / 8][4]>(s), rh,
+                                         dr.off + ((i64)bh * T + m0 + wrow + g + rh * 8) * S + n0, t,
+                                         ((dr.off | (i64)S) & 3) == 0, dr);
 #pragma unroll
                 for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
             }
@@ -375,12 +379,25 @@ __device__ __forceinline__ void flash_fwd_h(
                                                      ksb, ksh, kst, vsb, vsh, vst, osb, osh, ost,  \
                                                      scale_log2);                                  \
     }
+// the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
+#define FWD_H_DROP(NAME, D, BN, WGS, STAGES, OVERLAP, SW, PP, MINB)                                \
+    extern "C" __global__ void __launch_bounds__(128 * WGS, MINB) NAME(                            \
+        const act_t* Q, const act_t* K, const act_t* V, act_t* O, float* LSE, int H, int KH, int T, \
+        int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,     \
+        i64 osb, i64 osh, i64 ost, float scale_log2, i64 doff, u32 k0, u32 k1, u32 thr, float dscale) { \
+        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW, PP, true>(                                    \
+            Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh,   \
+            ost, scale_log2, Drop{doff, k0, k1, thr, dscale});                                     \
+    }
 
 // name, D, BN, warpgroups, stages, overlap, swizzle, ping-pong, CTAs per SM asked of the register allocator:
 // the shipped kernel per head dim (cuda_ops.FLASH_FWD_HOPPER). The other tiles, timed by
 // benchmarks/kernels/flash_attn.py, are instantiated in benchmarks/kernels/flash_hopper_variants.cu.
 FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, false, 2)
 FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: +5-7% over h128_bs (H200, 2026-12-02)
+// with attention dropout: the same tiles (cuda_ops.FLASH_FWD_HOPPER's name + "_drop")
+FWD_H_DROP(flash_fwd_h64_bs_drop, 64, 64, 2, 2, false, 1, false, 2)
+FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1)
 
 // ------------------------------------------------------------------------------------------------
 // Backward (no dropout: attention dropout keeps flash_attn.cu's). The contract of flash_attn.cu's
@@ -402,20 +419,21 @@ FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: 
 // and the two partial dQ_w are added in shared memory (warpgroup 0 finishes rows 0-31, 1 rows
 // 32-63; the sum p0 + p1 is the same bits whichever finishes) and added to the accumulator.
 // Every product is waited for at once; the dQ product is issued behind the dV / dK products.
-// MODE (timing studies only, benchmarks/kernels/flash_hopper_variants.cu; 0 ships): bit 0 skips the
+// MODE (0 and 24 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
 // ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
 // keeps the product but leaves the exchange and the adds out (dQ then wrong). Bit 3 defers a tile's
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
 // are spent).
-template <int D, int BM, int MODE = 0>
+template <int D, int BM, int MODE = 0, bool DROP = false>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
     float* __restrict__ dQacc, int* __restrict__ dQsem, act_t* __restrict__ dK, act_t* __restrict__ dV,
     int H, int KH, int T, int S,
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
-    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first) {
+    i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first,
+    Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
     constexpr int BN = 128, NT = 256, PAIR = 2;
     constexpr int TK = BN * D * 2, TQ = BM * D * 2;   // bytes of a K / V tile, of a Q / dO tile
     static_assert(BM == 64, "the dQ product's rows are one wgmma's M");
@@ -570,21 +588,31 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(s);
             fence_regs(dp);
         }
-        // P^T, dS^T; register 4 i + e: key key0 + 8 (e / 2), query m0 + 8 i + 2 t + (e % 2)
+        // P^T, dS^T; register 4 i + e: key key0 + 8 (e / 2), query m0 + 8 i + 2 t + (e % 2). With
+        // dropout (the forward's mask Z, drawn again): dV takes (P Z)^T, dS^T = P^T (Z dP^T - delta)
         const bool need_mask = (n0 + BN > S) || (n0 + BN - 1 > m0 + offset);
+        const i64 drow = ((i64)b * H + hq) * T + m0;   // query m0's row: element off + (drow + qc) S + key
 #pragma unroll
         for (int i = 0; i < BM / 8; i++) {
             float2 l2 = *reinterpret_cast<const float2*>(cL + 8 * i + 2 * t);
             l2.x *= LOG2E;
             l2.y *= LOG2E;
             const float2 d2 = *reinterpret_cast<const float2*>(cDl + 8 * i + 2 * t);
+            float z[4];
+            if constexpr (DROP)
+                drop_bwd_frag(z, dr.off + (drow + 8 * i) * S, S, key0 - g, lane, ((dr.off | (i64)S) & 3) == 0, dr);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = 8 * i + 2 * t + (e & 1), key = key0 + (e >> 1) * 8;
                 float p = exp2f(s[4 * i + e] * scale_log2 - ((e & 1) ? l2.y : l2.x));
                 if (need_mask && (key >= S || key > m0 + qc + offset)) p = 0.f;
-                s[4 * i + e] = p;
-                dp[4 * i + e] = p * (dp[4 * i + e] - ((e & 1) ? d2.y : d2.x));
+                if constexpr (DROP) {
+                    s[4 * i + e] = p * z[e];
+                    dp[4 * i + e] = p * (z[e] * dp[4 * i + e] - ((e & 1) ? d2.y : d2.x));
+                } else {
+                    s[4 * i + e] = p;
+                    dp[4 * i + e] = p * (dp[4 * i + e] - ((e & 1) ? d2.y : d2.x));
+                }
             }
         }
         u32 pa[BM / 16][4], da[BM / 16][4];
@@ -700,9 +728,26 @@ __device__ __forceinline__ void flash_bwd_h(
                            qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale,      \
                            scale_log2, heavy_first);                                               \
     }
+// the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
+#define BWD_H_DROP(NAME, D, BM, MODE)                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
+        const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
+        const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
+        int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
+        i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first, i64 doff,      \
+        u32 k0, u32 k1, u32 thr, float dscale) {                                                   \
+        flash_bwd_h<D, BM, MODE, true>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, \
+                           qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale,      \
+                           scale_log2, heavy_first, Drop{doff, k0, k1, thr, dscale});              \
+    }
 
-// name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER)
-BWD_H(flash_bwd_h64, 64, 64, 0)
+// name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER). At D = 64 the
+// staged deferred adds (MODE 24): +4.5% at (16,12,1024,64), +0.4% at T = 4096 on the H100 against
+// the immediate adds (benchmarks/README.md, "The staged dQ adds at D = 64"); at D = 128 they lost.
+BWD_H(flash_bwd_h64, 64, 64, 24)
 BWD_H(flash_bwd_h128, 128, 64, 0)
+// with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")
+BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 24)
+BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0)
 
 #endif

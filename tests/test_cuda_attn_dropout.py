@@ -1,7 +1,9 @@
-"""Attention dropout on the GPU (flash_fwd_d*_drop / flash_bwd_d*_drop in gpu/flash_attn.cu, and
+"""Attention dropout on the GPU (flash_fwd_d*_drop / flash_bwd_d*_drop in gpu/flash_attn.cu, on
+Hopper at head dims 64 and 128 flash_fwd_h*_drop / flash_bwd_h*_drop in gpu/flash_hopper.cu, and
 the cuBLAS + softmax path of fp32 and other head dims) against the NumPy reference
-(numpy_ops.attention_forward/backward with the same drop = (p, key, offset)). Skipped without
-CuPy and a GPU (CI).
+(numpy_ops.attention_forward/backward with the same drop = (p, key, offset)). The mask and value
+checks run on both flash paths where the GPU has both (`hopper` True: the wgmma kernels, asserted
+to be the ones that ran; False: FlashAttention-2's). Skipped without CuPy and a GPU (CI).
 
 What is checked and to what tolerance:
 - The mask, bit for bit: read back through V (forward) and dO (backward) made of one-hot rows,
@@ -15,7 +17,8 @@ What is checked and to what tolerance:
   (fp32 products and sums against float64, as tests/test_cuda_dropout.py's model check). A wrong
   mask is off by order 1 (each value check also asserts the undropped output is > 5% away).
 - p = 0 takes the kernels without dropout (the same bytes as drop=None), and the dropout kernels
-  with threshold 0 (keep all, scale 1) give the same bytes as those: the mask is the only change.
+  with threshold 0 (keep all, scale 1) give the same bytes as those: the mask is the only change
+  (on each path: FA2's twins against FA2's kernels, the wgmma twins against the wgmma kernels).
 - Determinism: the same call twice gives the same bytes; another key gives another output.
 """
 import math
@@ -33,6 +36,27 @@ from bytemodel.ops import cuda_ops  # noqa: E402
 from bytemodel.ops import numpy_ops as ref  # noqa: E402
 
 backend = cuda_backends()
+_paths = {}
+
+
+def path_backend(precision, hopper):
+    """The backend on one flash path: hopper True, the wgmma kernels (skipped off compute
+    capability 9.x); False, FlashAttention-2's everywhere."""
+    if hopper and int(cp.cuda.Device().compute_capability) // 10 != 9:
+        pytest.skip("the wgmma kernels need compute capability 9.x")
+    if (precision, hopper) not in _paths:
+        try:
+            _paths[precision, hopper] = cuda_ops.CudaBackend(precision, hopper=hopper)
+        except RuntimeError as e:
+            pytest.skip(str(e))
+    return _paths[precision, hopper]
+
+
+def ran_hopper_drop(ops, D):
+    """Whether both wgmma dropout kernels of head dim D have run on this backend (none exist at
+    other head dims)."""
+    return D in cuda_ops.FLASH_FWD_HOPPER and (("flash_hopper.cu", cuda_ops.FLASH_FWD_HOPPER[D] + "_drop") in ops._fns
+            and ("flash_hopper.cu", cuda_ops.FLASH_BWD_HOPPER[D][0] + "_drop") in ops._fns)
 
 
 def host(a):
@@ -60,14 +84,17 @@ def whole_mask(drop, B, H, T, S):
     return ref.attn_keep(drop, B, H, T, S, 0, T, S)[0]
 
 
+@pytest.mark.parametrize("hopper", [True, False])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("D,T,offset", [(64, 200, 0), (64, 77, 6), (128, 128, 1000), (128, 130, 8),
                                           (32, 52, 4), (32, 50, 3)])
-def test_mask_bit_for_bit(precision, D, T, offset):
+def test_mask_bit_for_bit(precision, D, T, offset, hopper):
     """Forward: V one-hot on a block of D keys, so out[.., i, c] = P Z[i, key c] / l exactly 0
     where dropped. Backward: dO one-hot on a block of D queries, so dV[.., j, c] = (P Z)[query c, j]
     (K = H: no group sum). Aligned (offset and S multiples of 4: the shuffle path) and not."""
-    ops = backend(precision)
+    if hopper and D not in cuda_ops.FLASH_FWD_HOPPER:
+        pytest.skip("no wgmma kernels at this head dim")
+    ops = path_backend(precision, hopper)
     B, H, S, p = 2, 3, T, 0.3
     drop = (p, dropout_key(11, 4, 7), offset)
     (q, qd), (k, kd) = inputs(ops, [(B, H, T, D), (B, H, S, D)], seed=D + T, scale=0.3)
@@ -90,10 +117,12 @@ def test_mask_bit_for_bit(precision, D, T, offset):
         got = host(dv)[..., :n].swapaxes(-1, -2) != 0          # (B, H, query, key)
         want = keep[:, :, r0:r0 + n] & causal[r0:r0 + n]
         assert np.array_equal(got, want), f"backward mask differs at queries {r0}.., {np.sum(got != want)} entries"
+    assert ran_hopper_drop(ops, D) == (hopper and D in cuda_ops.FLASH_FWD_HOPPER)
 
 
-def check_values(precision, B, H, K, T, S, D, p, offset, seed):
-    ops = backend(precision)
+def check_values(precision, B, H, K, T, S, D, p, offset, seed, hopper=None):
+    """hopper None: the default backend (the reference path's tests); True / False: that flash path."""
+    ops = backend(precision) if hopper is None else path_backend(precision, hopper)
     f = {"fp16": 1.0, "bf16": 8.0}.get(precision)
     drop = (p, dropout_key(seed, 2, 3), offset)
     (q, qd), (k, kd), (v, vd), (d, dd) = inputs(ops, [(B, H, T, D), (B, K, S, D), (B, K, S, D), (B, H, T, D)], seed)
@@ -111,18 +140,24 @@ def check_values(precision, B, H, K, T, S, D, p, offset, seed):
         assert max(e_g) < 1e-2 * f, f"grad rel errs {e_g}"
     # the mask matters: the reference without dropout is far off (so the check above can fail)
     assert rel(host(out), ref.attention_forward(q, k, v)[0]) > 0.05
+    if hopper is not None:
+        assert ran_hopper_drop(ops, D) == (hopper and D in cuda_ops.FLASH_FWD_HOPPER)
     return e_o, e_l, e_g
 
 
+@pytest.mark.parametrize("hopper", [True, False])
 @pytest.mark.parametrize("D", [32, 64, 128])
 @pytest.mark.parametrize("T,offset", [(17, 0), (128, 4 * 12345), (300, 2)])
-def test_flash_fp16_against_reference(T, D, offset):
-    check_values("fp16", 2, 4, 2, T, T, D, 0.2, offset, seed=T + D)
+def test_flash_fp16_against_reference(T, D, offset, hopper):
+    if hopper and D not in cuda_ops.FLASH_FWD_HOPPER:
+        pytest.skip("no wgmma kernels at this head dim")
+    check_values("fp16", 2, 4, 2, T, T, D, 0.2, offset, seed=T + D, hopper=hopper)
 
 
+@pytest.mark.parametrize("hopper", [True, False])
 @pytest.mark.parametrize("T,D,p", [(64, 64, 0.1), (257, 64, 0.5), (200, 128, 0.3)])
-def test_flash_bf16_against_reference(T, D, p):
-    check_values("bf16", 2, 4, 1, T, T, D, p, 40, seed=T * 3 + D)
+def test_flash_bf16_against_reference(T, D, p, hopper):
+    check_values("bf16", 2, 4, 1, T, T, D, p, 40, seed=T * 3 + D, hopper=hopper)
 
 
 @pytest.mark.parametrize("precision,D", [("fp32", 64), ("fp16", 16)])
@@ -137,11 +172,13 @@ def test_kv_cache_shape_against_reference():
     check_values("fp16", 1, 2, 2, 40, 100, 64, 0.2, 0, seed=1)
 
 
+@pytest.mark.parametrize("hopper", [True, False])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_p0_is_the_path_without_dropout(precision, monkeypatch):
+def test_p0_is_the_path_without_dropout(precision, hopper, monkeypatch):
     """p = 0 launches the kernels without dropout (same bytes as drop=None); the dropout kernels
-    with threshold 0 and scale 1 give those bytes too (fails if they change anything else)."""
-    ops = backend(precision)
+    with threshold 0 and scale 1 give those bytes too (fails if they change anything else): on
+    each path, the dropout twins against the kernels of the same path."""
+    ops = path_backend(precision, hopper)
     B, H, K, T, D = 2, 4, 2, 150, 64
     (_, qd), (_, kd), (_, vd), (_, dd) = inputs(ops, [(B, H, T, D), (B, K, T, D), (B, K, T, D), (B, H, T, D)], 5)
 
@@ -152,15 +189,12 @@ def test_p0_is_the_path_without_dropout(precision, monkeypatch):
 
     plain = run(None)
     assert run((0.0, dropout_key(1, 2, 3), 0)) == plain
-    # the dropout kernels are FlashAttention-2's twins: on a Hopper GPU, where drop=None runs the
-    # wgmma kernels (another tiling, other bits), they are held to FA2's kernels without dropout
-    monkeypatch.setattr(ops, "hopper", False)
-    fa2 = run(None)
     for off in (0, 1):   # aligned and not: both paths of the kernels
         monkeypatch.setattr(cuda_ops, "_attn_drop", lambda drop, B, H, T, S, off=off: (
             off, np.uint32(12345), np.uint32(678), np.uint32(0), np.float32(1.0)))
-        assert run((0.5, (0, 0), 0)) == fa2, f"dropout kernels with nothing dropped differ (offset {off})"
+        assert run((0.5, (0, 0), 0)) == plain, f"dropout kernels with nothing dropped differ (offset {off})"
     monkeypatch.undo()
+    assert ran_hopper_drop(ops, D) == hopper
     assert run((0.1, dropout_key(1, 2, 3), 0)) != plain
 
 

@@ -10,8 +10,11 @@ training step at the base preset, measured in the same run.
    activations. Each: 3 warm-ups, then the median of 20 samples of 10 back-to-back launches
    (CUDA events). The mask is checked against numpy_ops first (bit for bit).
 2. A training step (zero grads, forward, backward, global norm, AdamW), base preset, batch 32 x
-   1024: dropout 0.1 against none, the same model, alternated (ABAB...) so drift hits both;
-   the mean of `--steps` steps each, after 3 warm-ups, CUDA events around each block of steps.
+   1024, each of STEP_SETTINGS (residual / attention dropout: none, 0.1 / 0, the 0.2 / 0.2 that
+   `--dropout auto` picks for little data, and on Hopper that again on FlashAttention-2's kernels,
+   the path attention dropout took before the wgmma twins) in its own model of the same weights,
+   timed in turns so drift hits all; the mean of `--steps` steps each over 3 rounds, after 2 warm-ups,
+   CUDA events around each block of steps.
 """
 from __future__ import annotations
 
@@ -67,52 +70,66 @@ def kernels(precision: str) -> dict:
     return out
 
 
+# the step's settings, timed in turns: (label, residual p, attention p, the wgmma attention kernels on Hopper)
+STEP_SETTINGS = (("none", 0.0, 0.0, True), ("0.1 / 0", 0.1, 0.0, True), ("0.2 / 0.2", 0.2, 0.2, True),
+                 ("0.2 / 0.2 on FA2", 0.2, 0.2, False))
+
+
 def step_cost(precision: str, steps: int, rounds: int = 3) -> dict:
     import cupy as cp
     from bytemodel.config import preset
     from bytemodel.model import Dropout, Model
     from bytemodel.ops.cuda_ops import CudaBackend
-    ops = CudaBackend(precision)
-    cfg = preset("base", dropout=0.1)
-    model = Model(cfg, ops)
-    model.init_weights(0)
-    m, v = cp.zeros_like(model.params), cp.zeros_like(model.params)
-    mask = model.decay_mask()
     B, T = 32, 1024
     data = np.random.default_rng(0).integers(0, 256, size=(B, T + 1))
     idx, tgt = cp.asarray(data[:, :-1], dtype=cp.int32), cp.asarray(data[:, 1:], dtype=cp.int32)
     dl = cp.full(B * T, 1.0 / (B * T), dtype=cp.float32)
     t = {"n": 0}
+    runs = {}
+    for label, p, pa, hopper in STEP_SETTINGS:
+        ops = CudaBackend(precision, hopper=hopper)
+        if not hopper and not CudaBackend(precision).hopper:
+            continue   # not a Hopper GPU: FA2 is every setting's path already
+        model = Model(preset("base", dropout=p, dropout_attn=pa), ops)
+        model.init_weights(0)
+        runs[label] = (ops, model, cp.zeros_like(model.params), cp.zeros_like(model.params), model.decay_mask(),
+                       p > 0 or pa > 0)
 
-    def step(with_drop):
+    def step(label):
+        ops, model, m, v, mask, drops = runs[label]
         t["n"] += 1
         model.grads.fill(0)
-        model.forward(idx, tgt, heads=True, drop=Dropout(0, t["n"]) if with_drop else None)
+        model.forward(idx, tgt, heads=True, drop=Dropout(0, t["n"]) if drops else None)
         model.backward(dl)
         nrm = ops.global_norm(model.grads)
         ops.adamw_step(model.params, model.grads, m, v, mask, lr=1e-5, beta1=0.9, beta2=0.95, eps=1e-8,
                        weight_decay=0.1, step=t["n"], clip=1.0, norm=nrm)
 
-    def block(with_drop):
+    def block(label):
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         e0.record()
         for _ in range(steps):
-            step(with_drop)
+            step(label)
         e1.record()
         e1.synchronize()
         return cp.cuda.get_elapsed_time(e0, e1) / steps
 
-    for w in (False, True, False, True):
-        step(w)
+    for _ in range(2):
+        for label in runs:
+            step(label)
     cp.cuda.Device().synchronize()
-    a, b = [], []
-    for _ in range(rounds):
-        a.append(block(False))
-        b.append(block(True))
-    ms0, ms1 = float(np.mean(a)), float(np.mean(b))
-    print(f"{precision} base step, batch {B}x{T}: no dropout {ms0:.2f} ms, dropout 0.1 {ms1:.2f} ms, "
-          f"ratio {ms1 / ms0:.4f} (blocks: {[round(x, 2) for x in a]} vs {[round(x, 2) for x in b]})")
-    return {"ms_no_dropout": ms0, "ms_dropout": ms1, "ratio": ms1 / ms0, "blocks": [a, b]}
+    times = {label: [] for label in runs}
+    for _ in range(rounds):   # in turns, so drift hits every setting
+        for label in runs:
+            times[label].append(block(label))
+    ms = {label: float(np.mean(x)) for label, x in times.items()}
+    out = {}
+    for label in runs:
+        r = ms[label] / ms["none"]
+        print(f"{precision} base step, batch {B}x{T}, dropout (residual / attention) {label:18s} {ms[label]:7.2f} ms, "
+              f"{r:.4f} x none  (blocks {[round(x, 2) for x in times[label]]})")
+        out[label] = {"ms": ms[label], "ratio": r, "blocks": times[label]}
+    return out
 
 
 def main():

@@ -64,7 +64,7 @@ VARIANTS_BWD = {("v1", 32): (64, 64, 64), ("v1", 64): (64, 64, 64), ("atomic", 6
 # the Hopper backward's study variants (flash_hopper_variants.cu, MODE bits of gpu/flash_hopper.cu):
 # (version, D) -> (kernel, whether its dQ is the real one; "nodq" leaves the dQ product and its adds
 # out, to time the rest: a difference, not a result)
-HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_staged", 64): ("flash_bwd_h64_m24", True),
+HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immediate", 64): ("flash_bwd_h64_m0", True),
                        ("h_nowait", 64): ("flash_bwd_h64_m1", True),
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False)}
@@ -100,17 +100,17 @@ def variant_backend():
             tiles = (VARIANTS_FWD if kind == "fwd" else VARIANTS_BWD)[(ver, D)]
             return self._variants.get_function(f"flash_{kind}_{ver}_d{D}"), tiles
 
-        def _hopper_bwd_kernel(self, D):   # version = a key of HOPPER_BWD_VARIANTS
+        def _hopper_bwd_kernel(self, D, drop=False):   # version = a key of HOPPER_BWD_VARIANTS
             ver = self.use.get("bwd")
-            if (ver, D) not in HOPPER_BWD_VARIANTS:
-                return super()._hopper_bwd_kernel(D)
+            if (ver, D) not in HOPPER_BWD_VARIANTS or drop:   # the study variants draw no dropout mask
+                return super()._hopper_bwd_kernel(D, drop=drop)
             mod = cuda_ops._hopper_module(self.precision, _hopper_variants_source())
             return mod.get_function(HOPPER_BWD_VARIANTS[(ver, D)][0]), cuda_ops.FLASH_BWD_HOPPER[D][1]
 
-        def _hopper_kernel(self, D, name=None):   # version = a kernel of HOPPER_FWD_KERNELS
+        def _hopper_kernel(self, D, name=None, drop=False):   # version = a kernel of HOPPER_FWD_KERNELS
             ver = self.use.get("fwd")
-            if ver not in cuda_ops.HOPPER_FWD_KERNELS or ver == cuda_ops.FLASH_FWD_HOPPER[D]:
-                return super()._hopper_kernel(D)
+            if ver not in cuda_ops.HOPPER_FWD_KERNELS or ver == cuda_ops.FLASH_FWD_HOPPER[D] or drop:
+                return super()._hopper_kernel(D, drop=drop)
             mod = cuda_ops._hopper_module(self.precision, _hopper_variants_source())
             return mod.get_function(ver), cuda_ops.HOPPER_FWD_KERNELS[ver][1:]
     return Variants("fp16")

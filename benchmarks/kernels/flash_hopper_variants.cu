@@ -29,10 +29,11 @@ FWD_H(flash_fwd_h128_asp, 128, 64, 2, 2, false, 1, true, 1)
 // The backward's study variants (MODE bits of flash_bwd_h; benchmarks/kernels/flash_attn.py's
 // HOPPER_BWD_VARIANTS): m8 / m24 defer a tile's dQ adds behind the next tile's score products (the
 // sums in the dQ registers / in the exchange buffer; m8's owner-only writes to the dQ accumulators
-// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too), m1 the shipped kernel without the ordered
-// wait, m2 leaves the dQ product and its adds out.
+// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too; m24 ships at
+// D = 64), m0 the immediate adds (shipped at D = 64 until m24), m1 the immediate adds without the
+// ordered wait, m2 leaves the dQ product and its adds out.
 BWD_H(flash_bwd_h64_m8, 64, 64, 8)
-BWD_H(flash_bwd_h64_m24, 64, 64, 24)
+BWD_H(flash_bwd_h64_m0, 64, 64, 0)
 BWD_H(flash_bwd_h64_m1, 64, 64, 1)
 BWD_H(flash_bwd_h64_m2, 64, 64, 2)
 BWD_H(flash_bwd_h128_m24, 128, 64, 24)

@@ -67,7 +67,8 @@ FLASH_BWD = {32: (32, 128, 64), 64: (32, 128, 64), 128: (32, 64, 64)}
 # The Hopper forward (gpu/flash_hopper.cu, wgmma; compute capability 9.x only): head dim ->
 # (kernel, BM query rows = 64 per warpgroup, BN keys a tile, shared-memory stages of K and V).
 # Chosen by benchmarks/kernels/flash_attn.py on the H200 among the kernels of that file
-# (HOPPER_FWD_KERNELS). Dropout and other head dims keep FLASH_FWD.
+# (HOPPER_FWD_KERNELS). With attention dropout the kernel of the same name + "_drop" (the same
+# tiles); other head dims keep FLASH_FWD.
 HOPPER_FWD_KERNELS = {
     "flash_fwd_h64_bs": (64, 128, 64, 2), "flash_fwd_h128_bs": (128, 128, 128, 2),
     # the study variants of benchmarks/kernels/flash_hopper_variants.cu
@@ -83,7 +84,8 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 # The Hopper backward (gpu/flash_hopper.cu): head dim -> (kernel, (BM queries a tile, BN keys a CTA,
-# query rows per dQ counter)), FLASH_BWD's meaning; 256 threads (two warpgroups of 64 keys).
+# query rows per dQ counter)), FLASH_BWD's meaning; 256 threads (two warpgroups of 64 keys). With
+# attention dropout the kernel of the same name + "_drop".
 FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128)), 128: ("flash_bwd_h128", (64, 128, 128))}
 
 
@@ -589,12 +591,12 @@ class CudaBackend:
         """q (B, H, T, D), k/v (B, K, S, D) -> out (B, H, T, D), lse (B, H, T) fp32 (natural log).
 
         FlashAttention-2 on tensor cores (fp16/bf16, D in {32, 64, 128}); on Hopper (self.hopper)
-        without dropout at D in {64, 128}, the wgmma forward of gpu/flash_hopper.cu (the same
-        contract); otherwise cuBLAS + softmax.
+        at D in {64, 128}, the wgmma forward of gpu/flash_hopper.cu (the same contract, dropout
+        too); otherwise cuBLAS + softmax.
         The flash output is a (B, T, H, D) buffer viewed as (B, H, T, D), so merge_heads is free.
         drop (training only): (p, key, offset), numpy_ops.attention_forward's: the probabilities
         dropped after the softmax (the row sum and lse stay P's), the mask of numpy_ops.attn_keep
-        drawn inside the kernel (flash_fwd_d*_drop), bit for bit the reference's.
+        drawn inside the kernel (flash_fwd_d*_drop, flash_fwd_h*_drop), bit for bit the reference's.
         """
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
@@ -609,8 +611,8 @@ class CudaBackend:
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
         hop = None
-        if self.hopper and dr is None and D in FLASH_FWD_HOPPER:
-            hop = self._hopper_or_none(lambda: self._hopper_kernel(D))
+        if self.hopper and D in FLASH_FWD_HOPPER:
+            hop = self._hopper_or_none(lambda: self._hopper_kernel(D, drop=dr is not None))
         if hop is not None:
             fn, (BM, BN, stages) = hop
             smem, threads = (BM * D + 2 * stages * BN * D) * 2 + 1024, 2 * BM   # + the 1024-byte alignment
@@ -644,22 +646,26 @@ class CudaBackend:
             self.hopper = False
             return None
 
-    def _hopper_bwd_kernel(self, D: int):
-        """The wgmma backward for head dim D and its (BM, BN, rows per dQ counter).
+    def _hopper_bwd_kernel(self, D: int, drop: bool = False):
+        """The wgmma backward for head dim D (drop: its twin with attention dropout) and its
+        (BM, BN, rows per dQ counter).
         (benchmarks/kernels/flash_attn.py overrides it to time FA2's in its place.)"""
         name, tiles = FLASH_BWD_HOPPER[D]
+        name += "_drop" if drop else ""
         key = ("flash_hopper.cu", name)
         if key not in self._fns:
             self._fns[key] = _hopper_module(self.precision).get_function(name)
         return self._fns[key], tiles
 
-    def _hopper_kernel(self, D: int, name: str | None = None):
-        """The wgmma forward for head dim D (or the kernel `name`) and its (BM, BN, stages).
+    def _hopper_kernel(self, D: int, name: str | None = None, drop: bool = False):
+        """The wgmma forward for head dim D (or the kernel `name`; drop: its twin with attention
+        dropout) and its (BM, BN, stages).
         (benchmarks/kernels/flash_attn.py overrides it to time the others.)"""
         name = name or FLASH_FWD_HOPPER[D]
-        key = ("flash_hopper.cu", name)
+        fname = name + ("_drop" if drop else "")
+        key = ("flash_hopper.cu", fname)
         if key not in self._fns:
-            self._fns[key] = _hopper_module(self.precision).get_function(name)
+            self._fns[key] = _hopper_module(self.precision).get_function(fname)
         return self._fns[key], HOPPER_FWD_KERNELS[name][1:]
 
     def attention_decode(self, q, kc, vc, n):
@@ -690,7 +696,7 @@ class CudaBackend:
         """dout (B, H, T, D) -> dq (B, H, T, D), dk (B, K, S, D), dv (B, K, S, D).
         On the flash path dq is fp32 (the kernel's scaled accumulator; qkv_rope_backward reads it
         as it is, with no cast pass), dk and dv the activation dtype. drop: the forward's; its mask
-        drawn again in flash_bwd_d*_drop (dV from P Z, dS = P (Z dP - delta), delta = rowsum(dO O)
+        drawn again in flash_bwd_d*_drop / flash_bwd_h*_drop (dV from P Z, dS = P (Z dP - delta), delta = rowsum(dO O)
         of the dropped O, as numpy_ops.attention_backward)."""
         B, H, T, D = q.shape
         K, S = k.shape[1], k.shape[2]
@@ -704,8 +710,8 @@ class CudaBackend:
         out, os_ = self._bhtd(out)
         lse = cp.ascontiguousarray(lse, dtype=cp.float32)
         hop = None
-        if self.hopper and dr is None and D in FLASH_BWD_HOPPER:
-            hop = self._hopper_or_none(lambda: self._hopper_bwd_kernel(D))
+        if self.hopper and D in FLASH_BWD_HOPPER:
+            hop = self._hopper_or_none(lambda: self._hopper_bwd_kernel(D, drop=dr is not None))
         if hop is not None:
             fn, (BM, BN, RC) = hop
             smem, threads = _hopper_bwd_smem(D, BM, BN), 256
