@@ -1,8 +1,9 @@
 // FlashAttention forward for Hopper (sm_90a): the products on warpgroup matrix instructions
 // (wgmma, m64nNk16, FP16 or BF16 in, FP32 accumulate), causal, grouped-query, head dims 64 and
 // 128, any T and S >= T; the same contract as flash_attn.cu's flash_fwd (the FlashAttention-2
-// kernels, which stay for other GPUs and for attention dropout). Compiled by NVRTC for sm_90a
-// only (cuda_ops._hopper_module); selected on compute capability 9.x.
+// kernels, which stay for other GPUs and head dims), attention dropout included (the _drop twins
+// draw the mask of common.cuh's Drop, bit for bit FA2's). Compiled by NVRTC for sm_90a only
+// (cuda_ops._hopper_module); selected on compute capability 9.x.
 //
 // Layout, arguments and outputs: flash_attn.cu's forward (q (B, H, T, D), k/v (B, K, S, D) by
 // strides, O written through strides, LSE (natural log) in (B, H, T)).
@@ -400,8 +401,8 @@ FWD_H_DROP(flash_fwd_h64_bs_drop, 64, 64, 2, 2, false, 1, false, 2)
 FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1)
 
 // ------------------------------------------------------------------------------------------------
-// Backward (no dropout: attention dropout keeps flash_attn.cu's). The contract of flash_attn.cu's
-// flash_bwd: the same arguments, flash_bwd_pre's delta and zeroed dQ accumulator, dQ added in
+// Backward (DROP: with attention dropout, the forward's mask drawn again). The contract of
+// flash_attn.cu's flash_bwd: the same arguments, flash_bwd_pre's delta and zeroed dQ accumulator, dQ added in
 // fp32 (already scaled) in the same fixed order per query tile (the ordered reduction: a counter
 // per PAIR tiles, key block nb adding after nb + 1 .. the last that sees them), dK and dV written
 // (B, K, S, D) contiguous; heavy_first as there.
