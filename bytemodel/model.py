@@ -86,6 +86,7 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+D2 = 13              # where a layer's saved tuple (block's) holds its MLP branch's dropout cache
 ATTN_SITE = 1 << 40   # dropout site of layer i's attention probabilities: ATTN_SITE + i
 
 
@@ -315,27 +316,33 @@ class Model:
             dmtp = mtp_backward(o, cfg, W, G, wh, dwh, mtp, cfg.mtp_weight * mtp_scale)
         dlogits = o.cross_entropy_backward(dlosses, ce)                            # (N, V)
         dx = o.matmul_backward(dlogits, hf, wh, dwh)                               # (N, C)
-        dx = o.rmsnorm_backward(dx, nf, G["norm_f"], residual=dmtp)
+        # each RMSNorm backward also hands on the residual stream's gradient through the next
+        # dropout met going down (the branch above it, or the embedding's), in the same pass
+        dx, dy = self._norm_back(dx, nf, G["norm_f"], dmtp, acts[-1][D2] if acts else d0)
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
             h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2, drop = acts[i]
-            dy = dx if d2 is None else o.dropout_backward(dx, d2)                  # the branch's
-            ds = o.matmul_backward(dy, s, W[p + "w_down"], G[p + "w_down"])        # (N, F)
+            ds = o.matmul_backward(dy, s, W[p + "w_down"], G[p + "w_down"])        # (N, F); dy: the branch's
             du = o.swiglu_backward(ds, sw)                                         # (N, 2F)
             dh2 = o.matmul_backward(du, h2, W[p + "w_gateup"], G[p + "w_gateup"])  # (N, C)
-            dx = o.rmsnorm_backward(dh2, n2, G[p + "mlp_norm"], residual=dx)       # + residual
-            dy = dx if d1 is None else o.dropout_backward(dx, d1)
+            dx, dy = self._norm_back(dh2, n2, G[p + "mlp_norm"], dx, d1)           # + residual
             dam = o.matmul_backward(dy, am, W[p + "wo"], G[p + "wo"])              # (N, H*D)
             da = o.merge_heads_backward(dam, B, H, T, D)                           # (B, H, T, D)
             ad = self._attn_drop(drop, i, B, T)                                  # the forward's mask
             dq, dk, dv = o.attention_backward(da, q, k, v, a, lse, drop=ad)
             dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
             dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
-            dx = o.rmsnorm_backward(dh1, n1, G[p + "attn_norm"], residual=dx)      # + residual
-        if d0 is not None:
-            dx = o.dropout_backward(dx, d0)
-        o.embedding_backward(dx.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
+            dx, dy = self._norm_back(dh1, n1, G[p + "attn_norm"], dx, acts[i - 1][D2] if i else d0)
+        o.embedding_backward(dy.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
+
+    def _norm_back(self, dh, n, dg, residual, drop):
+        """An RMSNorm's backward -> (dx, dy): dx the residual stream's gradient (+ residual), dy
+        that through the dropout cache `drop` below it (dx itself without one)."""
+        if drop is None:
+            dx = self.ops.rmsnorm_backward(dh, n, dg, residual=residual)
+            return dx, dx
+        return self.ops.rmsnorm_backward(dh, n, dg, residual=residual, drop=drop)
 
     def loss_and_grad(self, idx, targets, weights, drop=None):
         """Per-token losses (B*T,); grads += d(sum_i weights_i * loss_i)/d(params). drop: as forward's.

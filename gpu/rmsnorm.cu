@@ -1,6 +1,6 @@
 // RMSNorm (rmsnorm_forward / rmsnorm_backward of numpy_ops). Launched by cuda_ops.
 //
-// Shapes: x, out, dout, dx, res (N, C) act_t; g (C,) act_t; rstd (N,) fp32; dg (C,) fp32 (+=);
+// Shapes: x, out, dout, dx, res, ddx (N, C) act_t; g (C,) act_t; rstd (N,) fp32; dg (C,) fp32 (+=);
 // partial (nblk, C) fp32 scratch, nblk = ceil(N / rows_per_block).
 //   forward:  out = x * rstd * g, rstd = 1 / sqrt(mean(x^2) + eps)
 //   backward: dx = (dout*g - xhat * mean(dout*g*xhat)) * rstd (+ res), dg += sum_rows dout * xhat
@@ -85,13 +85,17 @@ extern "C" __global__ void rmsnorm_dg_part(const act_t* __restrict__ dout, const
 
 // Backward with the dg partials in registers: lane owns columns j*256 + lane*8 .. +7 for
 // j < NCH = ceil(C / 256) (C % 8 == 0, C <= 1024); the block's warps are merged in shared memory
-// in warp order and written to the block's own partial row.
+// in warp order and written to the block's own partial row. With ddx (not null): also
+// ddx = dropout(dx) in the same pass, the mask of dropout.cu's dropout_mul_v8 for (doff, k0, k1,
+// thr, dscale) applied to dx as stored (rounded to act_t), so the same bits as that kernel run on
+// dx after this one (doff % 4 == 0): the residual branch's gradient beside the stream's.
 template <int NCH>
 __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ dout, const act_t* __restrict__ x,
                                                      const float* __restrict__ rstd, const act_t* __restrict__ g,
                                                      act_t* __restrict__ dx, float* __restrict__ partial,
                                                      long long N, int C, int rows_per_block,
-                                                     const act_t* __restrict__ res) {
+                                                     const act_t* __restrict__ res, act_t* __restrict__ ddx,
+                                                     i64 doff, u32 k0, u32 k1, u32 thr, float dscale) {
     extern __shared__ float red[];     // [nwarps][C]
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     float acc[NCH][8], w[NCH][8];
@@ -138,6 +142,16 @@ __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ d
                     for (int i = 0; i < 8; i++) o[i] += rr[i];
                 }
                 store_row<8>(dx + row * C, c, o);
+                if (ddx) {
+                    const u32 w = (u32)((doff + row * C + c) >> 2);
+                    const u32 h0 = drop_word(w, k0, k1), h1 = drop_word(w + 1, k0, k1);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const u32 byte = ((i < 4 ? h0 : h1) >> (8 * (i % 4))) & 0xffu;
+                        o[i] = byte >= thr ? to_f(from_f(o[i])) * dscale : 0.f;
+                    }
+                    store_row<8>(ddx + row * C, c, o);
+                }
             }
         }
     }
@@ -157,8 +171,9 @@ __device__ __forceinline__ void rmsnorm_bwd_reg_impl(const act_t* __restrict__ d
 }
 #define RMS_BWD_REG(n) \
 extern "C" __global__ void rmsnorm_bwd_r##n(const act_t* dout, const act_t* x, const float* rstd, const act_t* g, \
-                                           act_t* dx, float* partial, long long N, int C, int rpb, const act_t* res) { \
-    rmsnorm_bwd_reg_impl<n>(dout, x, rstd, g, dx, partial, N, C, rpb, res); }
+                                           act_t* dx, float* partial, long long N, int C, int rpb, const act_t* res, \
+                                           act_t* ddx, i64 doff, u32 k0, u32 k1, u32 thr, float dscale) { \
+    rmsnorm_bwd_reg_impl<n>(dout, x, rstd, g, dx, partial, N, C, rpb, res, ddx, doff, k0, k1, thr, dscale); }
 RMS_BWD_REG(1)
 RMS_BWD_REG(2)
 RMS_BWD_REG(3)

@@ -78,3 +78,24 @@ def test_gpu_model_dropout_gradients_match_cpu():
     other.load_flat(cpu.params)
     other.loss_and_grad(idx, idx, 1 / idx.size, drop=Dropout(1, 10))
     assert np.linalg.norm(other.grads - cpu.grads) > 1e-2 * np.linalg.norm(cpu.grads)
+
+
+@pytest.mark.parametrize("shape,offset", [((70, 768), 0), ((33, 384), 4 * 999), ((20, 768), 6), ((9, 100), 0)])
+def test_rmsnorm_backward_hands_on_the_dropped_gradient(ops, shape, offset):
+    """rmsnorm_backward(..., drop=cache) -> (dx, dy): the same bytes as rmsnorm_backward, then
+    dropout_backward on its dx (the two calls the model made before the fused pass), and dg
+    unchanged. The fused pass runs where C % 8 == 0, C <= 1024 and the offset is a multiple of 4;
+    the other two cases (an offset inside a hash word, C = 100) take the two calls."""
+    rng = np.random.default_rng(offset + shape[1])
+    N, C = shape
+    x, d, r = (cp.asarray(rng.standard_normal(shape).astype(ops.act_dtype)) for _ in range(3))
+    g = cp.asarray((1 + 0.1 * rng.standard_normal(C)).astype(ops.act_dtype))
+    _, cache = ops.rmsnorm_forward(x, g, 1e-5)
+    _, drop = ops.dropout_forward(x, 0.3, dropout_key(4, 5, 6), offset)
+    dg1, dg2 = cp.zeros(C, dtype=cp.float32), cp.zeros(C, dtype=cp.float32)
+    dx1 = ops.rmsnorm_backward(d, cache, dg1, residual=r)
+    dy1 = ops.dropout_backward(dx1, drop)
+    dx2, dy2 = ops.rmsnorm_backward(d, cache, dg2, residual=r, drop=drop)
+    for a, b in ((dx1, dx2), (dy1, dy2), (dg1, dg2)):
+        assert cp.asnumpy(a).tobytes() == cp.asnumpy(b).tobytes()
+    assert 0.2 < float(cp.mean(dy2 == 0)) < 0.4     # the mask was applied (p = 0.3)

@@ -420,11 +420,13 @@ class CudaBackend:
         self._fn(name, "rmsnorm.cu")(((N + 7) // 8,), (256,), (x, g, out, rstd, _i64(N), _i32(C), _f32(eps)))
         return out, (x, rstd, g)
 
-    def rmsnorm_backward(self, dout, cache, dg, residual=None):
+    def rmsnorm_backward(self, dout, cache, dg, residual=None, drop=None):
         """dout (N, C) -> dx (N, C); dg (C,) fp32 += sum over rows of dout * xhat.
 
         With `residual` (N, C) the result is residual + dx, in the same pass (the residual
-        stream's gradient), as in numpy_ops."""
+        stream's gradient), as in numpy_ops. With `drop` (a dropout_forward cache) the result is
+        (dx, dropout_backward(dx, drop)): the residual branch's gradient written in the same pass
+        where the register kernel runs (every preset's width), the same bits as the two calls."""
         x, rstd, g = cache
         dout = self._act(dout)
         res = np.uint64(0) if residual is None else self._act(residual)
@@ -434,9 +436,14 @@ class CudaBackend:
         rpb = 64                     # rows per block: one partial dg row per 64 rows
         nblk = (N + rpb - 1) // rpb
         partial = self._scratch("rmsnorm_dg", nblk * C, cp.float32)   # (nblk, C)
+        ddx = None
         if C % 8 == 0 and C <= 1024:  # dg partials in registers (every preset's width)
+            if drop is not None and int(drop[0]) % 4 == 0:
+                ddx = self._empty((N, C))
+            dargs = (_i64(0), np.uint32(0), np.uint32(0), np.uint32(0), _f32(0.0)) if ddx is None else drop
             self._fn(f"rmsnorm_bwd_r{(C + 255) // 256}", "rmsnorm.cu")(
-                (nblk,), (256,), (dout, x, rstd, g, dx, partial, _i64(N), _i32(C), _i32(rpb), res),
+                (nblk,), (256,), (dout, x, rstd, g, dx, partial, _i64(N), _i32(C), _i32(rpb), res,
+                                  np.uint64(0) if ddx is None else ddx) + tuple(dargs),
                 shared_mem=8 * 4 * C)
         else:                         # any other width: dx, then the partials column by column
             self._fn("rmsnorm_bwd", "rmsnorm.cu")(
@@ -444,7 +451,9 @@ class CudaBackend:
             self._fn("rmsnorm_dg_part", "rmsnorm.cu")(
                 (nblk, (C + 255) // 256), (256,), (dout, x, rstd, partial, _i64(N), _i32(C), _i32(rpb)))
         self._fn("rmsnorm_dg_reduce", "rmsnorm.cu")(((C + 31) // 32,), (256,), (partial, _i32(nblk), _i32(C), dg))
-        return dx
+        if drop is None:
+            return dx
+        return dx, (ddx if ddx is not None else self.dropout_backward(dx, drop))
 
     # ------------------------------------------------------------------ matmul (cuBLAS)
     def matmul_forward(self, x, w):

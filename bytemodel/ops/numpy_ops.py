@@ -49,11 +49,13 @@ def rmsnorm_forward(x, g, eps):
     return xhat * g, (xhat, rstd, g)
 
 
-def rmsnorm_backward(dout, cache, dg, residual=None):
+def rmsnorm_backward(dout, cache, dg, residual=None, drop=None):
     """dout (N, C) -> dx (N, C); dg (C,) += sum over rows of dout * xhat.
 
     With `residual` (N, C), returns residual + dx: the residual stream's gradient, which the
-    GPU backend adds in the same pass."""
+    GPU backend adds in the same pass. With `drop` (a dropout_forward cache), returns
+    (dx, dropout_backward(dx, drop)): the residual branch's gradient too, which the GPU backend
+    writes in the same pass."""
     xhat, rstd, g = cache
     dg += np.einsum("nc,nc->c", dout, xhat)
     dxhat = dout * g                                                   # (N, C)
@@ -62,6 +64,8 @@ def rmsnorm_backward(dout, cache, dg, residual=None):
     dxhat *= rstd
     if residual is not None:
         dxhat += residual
+    if drop is not None:
+        return dxhat, dropout_backward(dxhat, drop)
     return dxhat
 
 
