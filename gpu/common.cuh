@@ -103,6 +103,14 @@ __device__ __forceinline__ u32 fmix32(u32 x) {   // murmur3's 32-bit finaliser
 }
 
 __device__ __forceinline__ u32 drop_word(u32 c, u32 k0, u32 k1) { return fmix32(fmix32(c ^ k0) ^ k1); }
+// the hash with HR rounds: 2 is drop_word (every shipped kernel); 1 and 0 (one finaliser; one
+// multiply, no mixing worth the name) only time what the rounds cost (flash_hopper_variants.cu)
+template <int HR>
+__device__ __forceinline__ u32 drop_word_r(u32 c, u32 k0, u32 k1) {
+    if constexpr (HR == 2) return drop_word(c, k0, k1);
+    else if constexpr (HR == 1) return fmix32(c ^ k0) ^ k1;
+    else return (c ^ k0) * 0x9e3779b1u;
+}
 
 // Attention-probability dropout (training; numpy_ops.attention_forward's drop=), drawn inside the
 // attention kernels (flash_attn.cu's FA2 ones, flash_hopper.cu's wgmma ones): probability
@@ -128,13 +136,13 @@ __device__ __forceinline__ float drop_keep(float p, u32 byte, const Drop& dr) {
 // The forward's tile row (queries are rows): s[nt][2 rh + e] is key n0 + 8 nt + 2 t + e of the
 // row whose element index at key n0 is rb. aligned: lanes t and t ^ 1 (same row, keys
 // 8 nt + 4 (t >> 1) .. + 3 of tiles nt and nt + 1) hash one word each and swap.
-template <int NTL>
+template <int NTL, int HR = 2>
 __device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb, int t, bool aligned,
                                              const Drop& dr) {
     if (aligned) {
 #pragma unroll
         for (int nt = 0; nt < NTL; nt += 2) {
-            u32 mine = drop_word((u32)((rb + (nt + (t & 1)) * 8 + (t >> 1) * 4) >> 2), dr.k0, dr.k1);
+            u32 mine = drop_word_r<HR>((u32)((rb + (nt + (t & 1)) * 8 + (t >> 1) * 4) >> 2), dr.k0, dr.k1);
             u32 other = __shfl_xor_sync(0xffffffffu, mine, 1);
             u32 w0 = ((t & 1) ? other : mine) >> (16 * (t & 1));   // keys 2t, 2t + 1: bytes 2 (t & 1), + 1
             u32 w1 = ((t & 1) ? mine : other) >> (16 * (t & 1));
@@ -149,7 +157,7 @@ __device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb,
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 i64 gi = rb + nt * 8 + 2 * t + e;
-                u32 w = drop_word((u32)(gi >> 2), dr.k0, dr.k1);
+                u32 w = drop_word_r<HR>((u32)(gi >> 2), dr.k0, dr.k1);
                 s[nt][2 * rh + e] = drop_keep(s[nt][2 * rh + e], w >> (8 * (int)(gi & 3)), dr);
             }
     }
@@ -160,14 +168,15 @@ __device__ __forceinline__ void drop_fwd_row(float (&s)[NTL][4], int rh, i64 rb,
 // element index of (column c, key j) is base + c S + j. aligned: the keys 4a .. 4a + 3 of one
 // query are the lanes 16 (g / 4) + 4 i + t, i = 0 .. 3, which need one word for each e: lane i
 // hashes the one for e = i, then all shuffle.
+template <int HR = 2>
 __device__ __forceinline__ void drop_bwd_frag(float (&z)[4], i64 base, int S, int kb, int lane,
                                               bool aligned, const Drop& dr) {
     const int g = lane / 4, t = lane % 4;
     u32 wmine = 0;
     if (aligned) {
         const int e = g & 3;
-        wmine = drop_word((u32)((base + (i64)(2 * t + (e & 1)) * S + kb + (g & ~3) + (e >> 1) * 8) >> 2),
-                          dr.k0, dr.k1);
+        wmine = drop_word_r<HR>((u32)((base + (i64)(2 * t + (e & 1)) * S + kb + (g & ~3) + (e >> 1) * 8) >> 2),
+                                dr.k0, dr.k1);
     }
 #pragma unroll
     for (int e = 0; e < 4; e++) {
@@ -176,7 +185,7 @@ __device__ __forceinline__ void drop_bwd_frag(float (&z)[4], i64 base, int S, in
             byte = __shfl_sync(0xffffffffu, wmine, (lane & 0x13) | (e << 2)) >> (8 * (g & 3));
         } else {
             const i64 gi = base + (i64)(2 * t + (e & 1)) * S + kb + g + (e >> 1) * 8;
-            byte = drop_word((u32)(gi >> 2), dr.k0, dr.k1) >> (8 * (int)(gi & 3));
+            byte = drop_word_r<HR>((u32)(gi >> 2), dr.k0, dr.k1) >> (8 * (int)(gi & 3));
         }
         z[e] = drop_keep(1.f, byte, dr);
     }

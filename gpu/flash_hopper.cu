@@ -188,7 +188,7 @@ template <> struct Wg<128> {
 // PP (two warpgroups, no OVERLAP): ping-pong, FlashAttention-3's scheduling across warpgroups:
 // the two take turns at the score product (named barriers 1 and 2: a warpgroup issues Q K^T
 // only after the other's has finished), so one's softmax runs while the other's products do.
-template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW, bool PP, bool DROP = false>
+template <int D, int BN, int WGS, int STAGES, bool OVERLAP, int SW, bool PP, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_fwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     act_t* __restrict__ O, float* __restrict__ LSE, int H, int KH, int T, int S,
@@ -320,7 +320,7 @@ __device__ __forceinline__ void flash_fwd_h(
                 }
                 lrow[rh] = lrow[rh] * alpha + sum;
                 if constexpr (DROP)   // after the row sum: l (and LSE) stay those of the undropped P
-                    drop_fwd_row<BN / 8>(reinterpret_cast<float(&)[BN / 8][4]>(s), rh,
+                    drop_fwd_row<BN / 8, HR>(reinterpret_cast<float(&)[BN / 8][4]>(s), rh,
                                          dr.off + ((i64)bh * T + m0 + wrow + g + rh * 8) * S + n0, t,
                                          ((dr.off | (i64)S) & 3) == 0, dr);
 #pragma unroll
@@ -381,12 +381,12 @@ __device__ __forceinline__ void flash_fwd_h(
                                                      scale_log2);                                  \
     }
 // the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
-#define FWD_H_DROP(NAME, D, BN, WGS, STAGES, OVERLAP, SW, PP, MINB)                                \
+#define FWD_H_DROP(NAME, D, BN, WGS, STAGES, OVERLAP, SW, PP, MINB, HR)                            \
     extern "C" __global__ void __launch_bounds__(128 * WGS, MINB) NAME(                            \
         const act_t* Q, const act_t* K, const act_t* V, act_t* O, float* LSE, int H, int KH, int T, \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,     \
         i64 osb, i64 osh, i64 ost, float scale_log2, i64 doff, u32 k0, u32 k1, u32 thr, float dscale) { \
-        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW, PP, true>(                                    \
+        flash_fwd_h<D, BN, WGS, STAGES, OVERLAP, SW, PP, true, HR>(                                \
             Q, K, V, O, LSE, H, KH, T, S, qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, osb, osh,   \
             ost, scale_log2, Drop{doff, k0, k1, thr, dscale});                                     \
     }
@@ -396,9 +396,10 @@ __device__ __forceinline__ void flash_fwd_h(
 // benchmarks/kernels/flash_attn.py, are instantiated in benchmarks/kernels/flash_hopper_variants.cu.
 FWD_H(flash_fwd_h64_bs, 64, 64, 2, 2, false, 1, false, 2)
 FWD_H(flash_fwd_h128_bsp, 128, 128, 2, 2, false, 1, true, 1)      // ping-pong: +5-7% over h128_bs (H200, 2026-12-02)
-// with attention dropout: the same tiles (cuda_ops.FLASH_FWD_HOPPER's name + "_drop")
-FWD_H_DROP(flash_fwd_h64_bs_drop, 64, 64, 2, 2, false, 1, false, 2)
-FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1)
+// with attention dropout: the same tiles (cuda_ops.FLASH_FWD_HOPPER's name + "_drop"); the last
+// argument, the hash's rounds (common.cuh's drop_word_r), is 2 in every shipped kernel
+FWD_H_DROP(flash_fwd_h64_bs_drop, 64, 64, 2, 2, false, 1, false, 2, 2)
+FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 
 // ------------------------------------------------------------------------------------------------
 // Backward (DROP: with attention dropout, the forward's mask drawn again). The contract of
@@ -426,7 +427,7 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1)
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
 // are spent).
-template <int D, int BM, int MODE = 0, bool DROP = false>
+template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
     const act_t* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Delta,
@@ -601,7 +602,7 @@ __device__ __forceinline__ void flash_bwd_h(
             const float2 d2 = *reinterpret_cast<const float2*>(cDl + 8 * i + 2 * t);
             float z[4];
             if constexpr (DROP)
-                drop_bwd_frag(z, dr.off + (drow + 8 * i) * S, S, key0 - g, lane, ((dr.off | (i64)S) & 3) == 0, dr);
+                drop_bwd_frag<HR>(z, dr.off + (drow + 8 * i) * S, S, key0 - g, lane, ((dr.off | (i64)S) & 3) == 0, dr);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int qc = 8 * i + 2 * t + (e & 1), key = key0 + (e >> 1) * 8;
@@ -730,14 +731,14 @@ __device__ __forceinline__ void flash_bwd_h(
                            scale_log2, heavy_first);                                               \
     }
 // the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
-#define BWD_H_DROP(NAME, D, BM, MODE)                                                              \
+#define BWD_H_DROP(NAME, D, BM, MODE, HR)                                                          \
     extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
         i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first, i64 doff,      \
         u32 k0, u32 k1, u32 thr, float dscale) {                                                   \
-        flash_bwd_h<D, BM, MODE, true>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, \
+        flash_bwd_h<D, BM, MODE, true, HR>(Q, K, V, dO, LSE, Delta, dQacc, dQsem, dK, dV, H, KH, T, S, \
                            qsb, qsh, qst, ksb, ksh, kst, vsb, vsh, vst, dsb, dsh, dst, scale,      \
                            scale_log2, heavy_first, Drop{doff, k0, k1, thr, dscale});              \
     }
@@ -748,7 +749,7 @@ __device__ __forceinline__ void flash_bwd_h(
 BWD_H(flash_bwd_h64, 64, 64, 24)
 BWD_H(flash_bwd_h128, 128, 64, 0)
 // with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")
-BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 24)
-BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0)
+BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 24, 2)
+BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0, 2)
 
 #endif

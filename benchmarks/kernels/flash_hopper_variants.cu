@@ -38,4 +38,11 @@ BWD_H(flash_bwd_h64_m1, 64, 64, 1)
 BWD_H(flash_bwd_h64_m2, 64, 64, 2)
 BWD_H(flash_bwd_h128_m24, 128, 64, 24)
 BWD_H(flash_bwd_h128_m2, 128, 64, 2)
+// What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
+// kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
+// are not the reference's (timing only).
+FWD_H_DROP(flash_fwd_h64_bs_drop_r1, 64, 64, 2, 2, false, 1, false, 2, 1)
+FWD_H_DROP(flash_fwd_h64_bs_drop_r0, 64, 64, 2, 2, false, 1, false, 2, 0)
+BWD_H_DROP(flash_bwd_h64_drop_r1, 64, 64, 24, 1)
+BWD_H_DROP(flash_bwd_h64_drop_r0, 64, 64, 24, 0)
 #endif
