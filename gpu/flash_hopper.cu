@@ -427,10 +427,10 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // and the two partial dQ_w are added in shared memory (warpgroup 0 finishes rows 0-31, 1 rows
 // 32-63; the sum p0 + p1 is the same bits whichever finishes) and added to the accumulator.
 // Every product is waited for at once; the dQ product is issued behind the dV / dK products.
-// MODE (24 and 32 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
+// MODE (24 and 0 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
 // ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
-// keeps the product but leaves the exchange and the adds out (dQ then wrong); bit 5 adds with float2
-// atomics instead of the shipped red.v4 after a lane swap (the same bits). Bit 3 defers a tile's
+// keeps the product but leaves the exchange and the adds out (dQ then wrong); bit 5 adds with
+// red.v4 after a lane swap instead of float2 atomics (the same bits expected). Bit 3 defers a tile's
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
 // are spent).
@@ -530,12 +530,12 @@ __device__ __forceinline__ void flash_bwd_h(
     auto val = [&](int j, bool from_dq, bool from_x) {
         return from_dq && from_x ? dq[j] + x[j * 64] : (from_dq ? dq[j] : x[j * 64]);
     };
-    // V2 (MODE bit 5, a study): each lane adds its two columns of both rows, float2 atomics.
-    // Otherwise lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g, the
-    // odd one 4 of row g + 8, and each adds them with one red.global.add.v4.f32: half the
-    // reductions, the same values added to the same elements (the same bits).
+    // Each lane adds its two columns of both rows, float2 atomics. MODE bit 5 (a study, not yet run
+    // on a device): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
+    // the odd one 4 of row g + 8, and each adds them with one red.global.add.v4.f32: half the
+    // reductions, the same values added to the same elements (the same bits expected).
     auto add_rows = [&](int m0_, int hq_, bool from_dq, bool from_x) {
-        if constexpr ((MODE & 32) != 0) {
+        if constexpr ((MODE & 32) == 0) {
 #pragma unroll
             for (int rh = 0; rh < 2; rh++) {
                 const int r = m0_ + warp * 16 + g + rh * 8;
@@ -774,9 +774,9 @@ __device__ __forceinline__ void flash_bwd_h(
 // staged deferred adds (MODE 24): +4.5% at (16,12,1024,64), +0.4% at T = 4096 on the H100 against
 // the immediate adds (benchmarks/README.md, "The staged dQ adds at D = 64"); at D = 128 they lost.
 BWD_H(flash_bwd_h64, 64, 64, 24)
-BWD_H(flash_bwd_h128, 128, 64, 32)   // float2 adds: the red.v4 lane swap spills at D = 128
+BWD_H(flash_bwd_h128, 128, 64, 0)
 // with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")
 BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 24, 2)
-BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 32, 2)
+BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0, 2)
 
 #endif

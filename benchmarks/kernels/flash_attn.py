@@ -68,7 +68,7 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_nowait", 64): ("flash_bwd_h64_m1", True),
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False),
-                       ("h_v2", 64): ("flash_bwd_h64_m56", True), ("h_v4", 128): ("flash_bwd_h128_m0", True)}
+                       ("h_v4", 64): ("flash_bwd_h64_m56", True), ("h_v4", 128): ("flash_bwd_h128_m32", True)}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 

@@ -38,10 +38,10 @@ BWD_H(flash_bwd_h64_m1, 64, 64, 1)
 BWD_H(flash_bwd_h64_m2, 64, 64, 2)
 BWD_H(flash_bwd_h128_m24, 128, 64, 24)
 BWD_H(flash_bwd_h128_m2, 128, 64, 2)
-// the dQ adds as float2 atomics (MODE bit 5; shipped at D = 128, where red.v4's lane swap spills)
-// against red.v4 (shipped at D = 64): the same bits either way
+// the dQ adds as red.global.add.v4.f32 after a lane swap (MODE bit 5: half the reductions, the
+// same bits expected; at D = 128 the swap spills): h_v4, not yet run on a device
 BWD_H(flash_bwd_h64_m56, 64, 64, 56)
-BWD_H(flash_bwd_h128_m0, 128, 64, 0)
+BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
