@@ -317,8 +317,10 @@ class Model:
         dlogits = o.cross_entropy_backward(dlosses, ce)                            # (N, V)
         dx = o.matmul_backward(dlogits, hf, wh, dwh)                               # (N, C)
         # each RMSNorm backward also hands on the residual stream's gradient through the next
-        # dropout met going down (the branch above it, or the embedding's), in the same pass
-        dx, dy = self._norm_back(dx, nf, G["norm_f"], dmtp, acts[-1][D2] if acts else d0)
+        # dropout met going down, in the same pass: below[i] is the one under layer i's attention
+        # norm (layer i - 1's MLP branch, or the embedding's), below[-1] the one under norm_f
+        below = [d0] + [saved[D2] for saved in acts]
+        dx, dy = self._norm_back(dx, nf, G["norm_f"], dmtp, below[-1])
         for i in reversed(range(cfg.n_layers)):
             p = f"layers.{i}."
             h1, n1, q, k, v, a, lse, am, h2, n2, sw, s, d1, d2, drop = acts[i]
@@ -332,7 +334,7 @@ class Model:
             dq, dk, dv = o.attention_backward(da, q, k, v, a, lse, drop=ad)
             dqkv = o.qkv_rope_backward(dq, dk, dv, cos, sin)                       # (N, (H+2K)D)
             dh1 = o.matmul_backward(dqkv, h1, W[p + "wqkv"], G[p + "wqkv"])        # (N, C)
-            dx, dy = self._norm_back(dh1, n1, G[p + "attn_norm"], dx, acts[i - 1][D2] if i else d0)
+            dx, dy = self._norm_back(dh1, n1, G[p + "attn_norm"], dx, below[i])
         o.embedding_backward(dy.reshape(B, T, cfg.d_model), emb_cache, G["wte"])
         self._acts = None
 
