@@ -1,4 +1,5 @@
-"""Attention dropout on the GPU (flash_fwd_d*_drop, flash_bwd_d*_drop of gpu/flash_attn.cu): the
+"""Attention dropout on the GPU (flash_fwd_d*_drop, flash_bwd_d*_drop of gpu/flash_attn.cu; on Hopper
+at head dims 64 and 128 flash_fwd_h*_drop, flash_bwd_h*_drop of gpu/flash_hopper.cu): the
 FlashAttention forward and backward with the mask drawn inside (p = 0.1) against the same kernels
 without dropout, at each preset's attention shape, in the same run.
 
