@@ -129,6 +129,8 @@ if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernel
         > "$OUT/kernel_dropout.log" 2>&1; echo "rc=$?"; tail -n 8 "$OUT/kernel_dropout.log"
     timeout 90 python3 benchmarks/kernels/attn_dropout.py --presets base --precision bf16 > "$OUT/kernel_attn_dropout.log" 2>&1
     echo "rc=$?"; tail -n 6 "$OUT/kernel_attn_dropout.log"
+    timeout 90 python3 benchmarks/kernels/attn_dropout_hash.py --precision bf16 > "$OUT/kernel_attn_dropout_hash.log" 2>&1
+    echo "rc=$?"; tail -n 6 "$OUT/kernel_attn_dropout_hash.log"   # Hopper only: what the hash's rounds cost
     exit 0
 fi
 if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) checked against the shipped kernel, then timed
