@@ -155,12 +155,17 @@ def gpu_marks(cp) -> list:
     return [pytest.mark.gpu, pytest.mark.skipif(n == 0, reason="no CUDA GPU")]
 
 
-def cuda_backend(precision: str):
+def cuda_backend(precision: str, hopper: bool | None = None):
     """The CUDA backend at this precision; the test is skipped where that precision cannot run
-    (bf16 without ml_dtypes)."""
+    (bf16 without ml_dtypes). hopper: None, the GPU's own attention path; True, the wgmma kernels
+    (skipped off compute capability 9.x); False, FlashAttention-2's everywhere."""
     from bytemodel.ops.cuda_ops import CudaBackend
+    if hopper:
+        import cupy
+        if int(cupy.cuda.Device().compute_capability) // 10 != 9:
+            pytest.skip("the wgmma kernels need compute capability 9.x")
     try:
-        return CudaBackend(precision)
+        return CudaBackend(precision, hopper=hopper)
     except RuntimeError as e:
         pytest.skip(str(e))
 

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import cuda_backends, gpu_marks
+from conftest import cuda_backend, cuda_backends, gpu_marks
 
 cp = pytest.importorskip("cupy")
 pytestmark = gpu_marks(cp)
@@ -40,15 +40,9 @@ _paths = {}
 
 
 def path_backend(precision, hopper):
-    """The backend on one flash path: hopper True, the wgmma kernels (skipped off compute
-    capability 9.x); False, FlashAttention-2's everywhere."""
-    if hopper and int(cp.cuda.Device().compute_capability) // 10 != 9:
-        pytest.skip("the wgmma kernels need compute capability 9.x")
+    """The backend on one flash path (conftest.cuda_backend's hopper), made once per module."""
     if (precision, hopper) not in _paths:
-        try:
-            _paths[precision, hopper] = cuda_ops.CudaBackend(precision, hopper=hopper)
-        except RuntimeError as e:
-            pytest.skip(str(e))
+        _paths[precision, hopper] = cuda_backend(precision, hopper)
     return _paths[precision, hopper]
 
 

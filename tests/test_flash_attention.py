@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import cuda_backends, gpu_marks
+from conftest import cuda_backend, cuda_backends, gpu_marks
 
 cp = pytest.importorskip("cupy")
 pytestmark = gpu_marks(cp)
@@ -199,13 +199,7 @@ def test_forward_on_both_paths(precision, D, hopper, T, S):
     heads, S > T (a query block starting mid-cache), rows past a 128-row tile and keys past a key
     tile, strided q/k/v views of one buffer, the tolerances of `check`. The Hopper kernel must be
     the one that ran (its cached function), so a silent fall-back to FA2 fails."""
-    from bytemodel.ops.cuda_ops import CudaBackend
-    if hopper and not hopper_gpu():
-        pytest.skip("the wgmma forward needs compute capability 9.x")
-    try:
-        ops = CudaBackend(precision, hopper=hopper)
-    except RuntimeError as e:
-        pytest.skip(str(e))
+    ops = cuda_backend(precision, hopper)
     f = 1.0 if precision == "fp16" else 8.0
     rng = np.random.default_rng(T * 7 + S + D)
     B, H, K = 2, 6, 2
@@ -232,13 +226,8 @@ def test_backward_on_both_paths(precision, D, hopper, T, S):
     grouped-query heads, S > T (query tiles that start inside a key block), a partial last key
     block and query tile, q/k/v strided views of one buffer, dO
     strided as merge_heads_backward hands it over. The Hopper kernel must be the one that ran."""
-    from bytemodel.ops.cuda_ops import FLASH_BWD_HOPPER, CudaBackend
-    if hopper and not hopper_gpu():
-        pytest.skip("the wgmma backward needs compute capability 9.x")
-    try:
-        ops = CudaBackend(precision, hopper=hopper)
-    except RuntimeError as e:
-        pytest.skip(str(e))
+    from bytemodel.ops.cuda_ops import FLASH_BWD_HOPPER
+    ops = cuda_backend(precision, hopper)
     f = 1.0 if precision == "fp16" else 8.0
     rng = np.random.default_rng(T * 7 + S + D + 1)
     B, H, K = 2, 6, 2
