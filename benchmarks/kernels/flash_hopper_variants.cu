@@ -42,6 +42,10 @@ BWD_H(flash_bwd_h128_m2, 128, 64, 2)
 // same bits expected; at D = 128 the swap spills): h_v4, not yet run on a device
 BWD_H(flash_bwd_h64_m56, 64, 64, 56)
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
+// the staged sums added by the bulk copy engine, a row a cp.reduce.async.bulk from one warp (MODE
+// bit 6 on the staged adds: the same bits expected): h_bulk, not yet run on a device
+BWD_H(flash_bwd_h64_m88, 64, 64, 88)
+BWD_H(flash_bwd_h128_m88, 128, 64, 88)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).

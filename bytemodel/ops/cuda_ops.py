@@ -91,8 +91,9 @@ FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128)), 128: ("flash_bwd_h128
 
 def _hopper_bwd_smem(D: int, BM: int, BN: int) -> int:
     """Shared memory of flash_bwd_h: K, V tiles, two stages of Q and dO, dS, the dQ exchange (fp32,
-    64 D), two stages of lse and delta, and the 1024 bytes that align the first tile."""
-    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + 64 * D * 4 + 4 * BM * 4 + 1024
+    64 (D + 8): the rows of the bulk adds, MODE bit 6; 64 D used otherwise), two stages of lse and
+    delta, and the 1024 bytes that align the first tile."""
+    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + 64 * (D + 8) * 4 + 4 * BM * 4 + 1024
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
