@@ -14,6 +14,8 @@
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
+#     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
+#                                                # at once for MIN (6) minutes: does attention dropout pay for its cost?
 #     bash benchmarks/device_check.sh text       # linux-docs, 6 minutes alone, FLAGS (default: dropout 0.2 / attention
 #                                                # 0.2, 1.1568 in the tenth session), the run's held-out tail (issue 27's 1.15)
 #     bash benchmarks/device_check.sh split      # the four-genome split (.dev/ksplit from benchmarks/klebsiella_split.py),
@@ -137,6 +139,25 @@ if [ "$only" = attn ]; then     # every forward tile (the ping-pong ones too) ch
     step "attention kernels against SDPA"
     timeout 420 python3 benchmarks/kernels/flash_attn.py --json "$OUT/flash_attn.json" > "$OUT/flash_attn.log" 2>&1
     echo "rc=$?"; tail -n 30 "$OUT/flash_attn.log"
+    exit 0
+fi
+if [ "$only" = attnpay ]; then   # does attention dropout pay for its step cost at base, at equal wall time?
+    # needs .dev/data/ld-half: python benchmarks/tree_head.py "$(bytemodel data get linux-docs)" .dev/data/ld-half
+    # (11.9 MB of English: ~10 passes each in MIN minutes shared); two runs at once on one GPU, so each has
+    # the same share of it: the defaults (dropout auto: 0.2 / 0.2 from the plan) and the same with --dropout-attn 0
+    MIN=${MIN:-6}; S=.dev/data/ld-half
+    step "warm-up (the kernels compiled before the timed runs)"
+    timeout 90 python3 -m bytemodel.cli train --source $S --reader text --device cuda --preset base --steps 20 --eval-every 10 \
+        --eval-tokens 65536 --no-baseline --out /tmp/attnpay_warm > "$OUT/attnpay_warm.log" 2>&1; echo "rc=$?"
+    step "two runs at once, $MIN minutes, base: the defaults / --dropout-attn 0"
+    i=0
+    for extra in "" "--dropout-attn 0"; do
+        i=$((i + 1))
+        python3 -m bytemodel.cli train --source $S --reader text --device cuda --preset base --minutes $MIN $extra \
+            --no-baseline --out /tmp/attnpay_$i > "$OUT/attnpay_$i.log" 2>&1 &
+    done
+    wait; for j in 1 2; do echo "== attnpay_$j"; grep -E "dropout|best:|stopped|finished|time budget" "$OUT/attnpay_$j.log" | head -12
+        cp /tmp/attnpay_$j/metrics.jsonl "$OUT/attnpay_$j.metrics.jsonl" 2>/dev/null; done
     exit 0
 fi
 if [ "$only" = text ]; then     # needs .dev/data/linux-docs (a copy of `bytemodel data get linux-docs`' folder)
