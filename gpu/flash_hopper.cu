@@ -444,13 +444,13 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // MODE (24 and 0 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
 // ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
 // keeps the product but leaves the exchange and the adds out (dQ then wrong); bit 5 adds with
-// red.v4 after a lane swap instead of float2 atomics (the same bits expected). Bit 3 defers a tile's
+// red.v4 after a lane swap instead of float2 atomics (the same bits, seen on an H100). Bit 3 defers a tile's
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
 // are spent). Bit 6 (with 8 and 16) stages the sums as rows in shared memory, scaled, and adds them
 // with the bulk copy engine, one cp.reduce.async.bulk a row from one warp (the same values added to
-// the same elements in the same order of key blocks: the same bits expected; the counter released
-// once the adds are complete).
+// the same elements in the same order of key blocks: the same bits, seen on an H100, but 22-26%
+// slower at D = 64; the counter released once the adds are complete).
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -551,10 +551,10 @@ __device__ __forceinline__ void flash_bwd_h(
     auto val = [&](int j, bool from_dq, bool from_x) {
         return from_dq && from_x ? dq[j] + x[j * 64] : (from_dq ? dq[j] : x[j * 64]);
     };
-    // Each lane adds its two columns of both rows, float2 atomics. MODE bit 5 (a study, not yet run
-    // on a device): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
+    // Each lane adds its two columns of both rows, float2 atomics. MODE bit 5 (a study, +1-3% at
+    // D = 64 on an H100): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
     // the odd one 4 of row g + 8, and each adds them with one red.global.add.v4.f32: half the
-    // reductions, the same values added to the same elements (the same bits expected).
+    // reductions, the same values added to the same elements (the same bits).
     auto add_rows = [&](int m0_, int hq_, bool from_dq, bool from_x) {
         if constexpr ((MODE & 32) == 0) {
 #pragma unroll
