@@ -472,11 +472,15 @@ __device__ __forceinline__ void flash_bwd_h(
     unsigned char* sdO = sQ + 2 * TQ;                 // [2][BM][D]
     unsigned char* sdS = sdO + 2 * TQ;                // [BM][BN]
     constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0, BULK = (MODE & 64) != 0;
+    constexpr bool PIPE = (MODE & 128) != 0;
     static_assert(!BULK || (DEFER && STAGED), "the bulk adds read the staged sums (MODE 88)");
+    static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
     constexpr int RS = D + 8;   // BULK: a row's stride in floats (a half-warp's float2 on 32 banks)
-    // [2 row halves][D / 2][64 threads]; BULK: [BM rows][RS], the rows the bulk engine reads
+    // [2 row halves][D / 2][64 threads]; BULK: [BM rows][RS], the rows the bulk engine reads; PIPE:
+    // two of the first (the owners' own partial sums after the partners')
+    // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + 64 * (BULK ? RS : D);            // [2][BM] lse * log2e
+    float* sL = sX + (BULK ? 64 * RS : PIPE ? 128 * D : 64 * D);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -585,6 +589,35 @@ __device__ __forceinline__ void flash_bwd_h(
             }
         }
     };
+    // PIPE: the tile whose dQ product is in flight past its iteration (finished behind the next
+    // tile's score products)
+    int q_m0 = -1, q_hq = 0, q_want = 0;
+    bool q_first = false, q_last = false;
+    int* q_sem = nullptr;
+    // PIPE: that tile's dQ, its product complete: the exchange, the owners' sums and their ordered
+    // adds (thread 0 reads the counter here: `seen` may hold another tile's by now)
+    // Every thread stores its dq (owners into the second buffer): the accumulator registers are
+    // not touched in a divergent path while the scores' products are in flight (ptxas would
+    // serialize every wgmma, C7518); the owners then add the two in shared memory (the same sum)
+    auto store_dq = [&]() {   // (unconditional: on the first tile a harmless store of zeros)
+        float* mine = x + (owner ? 64 * D : 0);
+#pragma unroll
+        for (int j = 0; j < D / 2; j++) mine[j * 64] = dq[j];
+    };
+    auto finish_dq = [&]() {
+        __syncthreads();
+        if (owner) {
+#pragma unroll
+            for (int j = 0; j < D / 2; j++) x[j * 64] += x[64 * D + j * 64];   // partner's + mine
+            if (threadIdx.x == 0 && (MODE & 1) == 0 && q_first) {
+                seen = ld_relaxed(q_sem);
+                wait_turn(q_want, q_sem);
+            }
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");
+            add_rows(q_m0, q_hq, false, true);
+        }
+        if (threadIdx.x == 0 && q_last) pending = q_sem;   // released past the next barrier
+    };
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
@@ -624,7 +657,7 @@ __device__ __forceinline__ void flash_bwd_h(
         const int ti = m0 / BM, lt = min(ti / PAIR * PAIR + PAIR - 1, nqt - 1);
         int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
         const bool seg_first = ti % PAIR == 0 || it % nmt == 0;
-        if (!DEFER && threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) seen = ld_relaxed(sem);
+        if (!DEFER && !PIPE && threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) seen = ld_relaxed(sem);
         const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
         const bool seg_last = ti % PAIR == PAIR - 1 || it % nmt == nmt - 1;
         const unsigned char* cQ = sQ + st * TQ;
@@ -645,6 +678,12 @@ __device__ __forceinline__ void flash_bwd_h(
             wgmma_commit();
             if constexpr (DEFER) {
                 if (p_m0 >= 0) add_prev();
+            }
+            if constexpr (PIPE) {   // the last tile's dV, dK and dQ products done; these scores still in flight
+                wgmma_wait<1>();
+                fence_regs(dq);
+                store_dq();
+                if (q_m0 >= 0) finish_dq();
             }
             wgmma_wait<0>();
             fence_regs(s);
@@ -726,6 +765,13 @@ __device__ __forceinline__ void flash_bwd_h(
             for (int kk = 0; kk < 4; kk++)
                 Wg<D>::template ss<1>(dq, as + (LS::qk_step(4 * wg + kk, BM) >> 4), bk_ + (L::v_step(4 * wg + kk) >> 4), kk);
             wgmma_commit();
+            if constexpr (PIPE) {   // waited for behind the next tile's score products
+                wgmma_wait<1>();     // dV, dK done: they read this stage's Q and dO, loaded over next
+                fence_regs(dv);
+                fence_regs(dk);
+                q_m0 = m0, q_hq = hq, q_want = want, q_first = seg_first, q_last = seg_last, q_sem = sem;
+                continue;
+            }
             if (BULK && threadIdx.x < 32 && p_m0 >= 0 && p_last) {   // the bulk adds done, then released
                 bulk_wait();
                 fence_proxy_async_global();
@@ -779,6 +825,14 @@ __device__ __forceinline__ void flash_bwd_h(
         if (owner) add_rows(m0, hq, true, true);
         if (threadIdx.x == 0 && seg_last)
             pending = sem;   // this block's adds of the segment's tiles: released past the next barrier
+    }
+    if constexpr (PIPE) {
+        wgmma_wait<0>();
+        fence_regs(dq);
+        fence_regs(dv);
+        fence_regs(dk);
+        store_dq();
+        if (q_m0 >= 0) finish_dq();
     }
     if constexpr (DEFER) {
         if (p_m0 >= 0) {

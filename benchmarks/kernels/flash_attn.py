@@ -69,9 +69,11 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False),
                        ("h_v4", 64): ("flash_bwd_h64_m56", True), ("h_v4", 128): ("flash_bwd_h128_m32", True),
-                       ("h_bulk", 64): ("flash_bwd_h64_m88", True), ("h_bulk", 128): ("flash_bwd_h128_m88", True)}
-# the variants that must give the shipped kernel's bytes (the same adds in another form)
-SAME_BITS = {"h_v4", "h_bulk"}
+                       ("h_bulk", 64): ("flash_bwd_h64_m88", True), ("h_bulk", 128): ("flash_bwd_h128_m88", True),
+                       ("h_pipe", 64): ("flash_bwd_h64_m128", True), ("h_pipe_v4", 64): ("flash_bwd_h64_m160", True),
+                       ("h_pipe", 128): ("flash_bwd_h128_m128", True)}
+# the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
+SAME_BITS = {"h_v4", "h_bulk", "h_pipe", "h_pipe_v4"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
@@ -109,7 +111,10 @@ def variant_backend():
             if (ver, D) not in HOPPER_BWD_VARIANTS or drop:   # the study variants draw no dropout mask
                 return super()._hopper_bwd_kernel(D, drop=drop)
             mod = cuda_ops._hopper_module(self.precision, _hopper_variants_source())
-            return mod.get_function(HOPPER_BWD_VARIANTS[(ver, D)][0]), cuda_ops.FLASH_BWD_HOPPER[D][1]
+            name = HOPPER_BWD_VARIANTS[(ver, D)][0]
+            mode = int(name.rsplit("_m", 1)[1])   # the exchange's floats by MODE: flash_bwd_h's sX
+            exchange = 64 * (D + 8) if mode & 64 else 128 * D if mode & 128 else 64 * D
+            return mod.get_function(name), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
 
         def _hopper_kernel(self, D, name=None, drop=False):   # version = a kernel of HOPPER_FWD_KERNELS
             ver = self.use.get("fwd")

@@ -49,6 +49,12 @@ BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 // H100: -22% (32,12,1024,64), -26% (16,12,4096,64), -3% (16,12,1024,128)
 BWD_H(flash_bwd_h64_m88, 64, 64, 88)
 BWD_H(flash_bwd_h128_m88, 128, 64, 88)
+// a tile's dQ product left in flight past its iteration and finished (exchange, sums, ordered adds)
+// behind the next tile's score products (MODE bit 7, PIPE; with bit 5 the adds as red.v4): h_pipe,
+// h_pipe_v4, not yet run on a device
+BWD_H(flash_bwd_h64_m128, 64, 64, 128)
+BWD_H(flash_bwd_h64_m160, 64, 64, 160)
+BWD_H(flash_bwd_h128_m128, 128, 64, 128)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).

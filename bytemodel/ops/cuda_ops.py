@@ -89,11 +89,12 @@ FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128)), 128: ("flash_bwd_h128", (64, 128, 128))}
 
 
-def _hopper_bwd_smem(D: int, BM: int, BN: int) -> int:
-    """Shared memory of flash_bwd_h: K, V tiles, two stages of Q and dO, dS, the dQ exchange (fp32,
-    64 (D + 8): the rows of the bulk adds, MODE bit 6; 64 D used otherwise), two stages of lse and
-    delta, and the 1024 bytes that align the first tile."""
-    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + 64 * (D + 8) * 4 + 4 * BM * 4 + 1024
+def _hopper_bwd_smem(D: int, BM: int, BN: int, exchange: int | None = None) -> int:
+    """Shared memory of flash_bwd_h: K, V tiles, two stages of Q and dO, dS, the dQ exchange
+    (`exchange` floats: 64 D for the shipped kernels; the study variants of
+    benchmarks/kernels/flash_attn.py say their own), two stages of lse and delta, and the 1024
+    bytes that align the first tile."""
+    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + (exchange or 64 * D) * 4 + 4 * BM * 4 + 1024
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
@@ -723,8 +724,8 @@ class CudaBackend:
         if self.hopper and D in FLASH_BWD_HOPPER:
             hop = self._hopper_or_none(lambda: self._hopper_bwd_kernel(D, drop=dr is not None))
         if hop is not None:
-            fn, (BM, BN, RC) = hop
-            smem, threads = _hopper_bwd_smem(D, BM, BN), 256
+            fn, (BM, BN, RC, *exchange) = hop   # a study variant may name its exchange's floats
+            smem, threads = _hopper_bwd_smem(D, BM, BN, *exchange), 256
         else:
             fn, (BM, BN, RC) = self._flash_kernel("bwd", D, dr is not None)
             SD = D + 8
