@@ -12,6 +12,8 @@
 #                                                # and two stronger dropouts (issue 27's -0.02)
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
+#     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_bulk, h_pipe), then the flash
+#                                                # tests on VARIANT (default flash_bwd_h64_m128, h_pipe) as if shipped
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -115,6 +117,18 @@ for p in ('fp16', 'bf16'):
     step "training at base against torch.compile"
     timeout 240 python3 benchmarks/gpu_train.py --presets base --bf16 base --steps 10 --json "$OUT/train.json" 2>&1 \
         | grep -E "tok/s|peak"
+    exit 0
+fi
+if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, then the GPU tests on VARIANT as if shipped
+    VARIANT=${VARIANT:-flash_bwd_h64_m128}   # h_pipe; flash_bwd_h64_m160 is h_pipe_v4, _m56 h_v4
+    step "the backward's dQ studies (each checked for the shipped kernel's bytes)"
+    timeout 150 python3 benchmarks/kernels/flash_attn.py --shipped-forward --no-torch --shapes 32,12,1024,64 16,12,4096,64 \
+        --json "$OUT/flash_attn_dq.json" > "$OUT/flash_attn_dq.log" 2>&1
+    echo "rc=$?"; grep -E "versions|^ *\(|FAIL|repeat" "$OUT/flash_attn_dq.log"
+    step "the flash tests and the flash ordering tests on $VARIANT (tests/conftest.py's BYTEMODEL_TEST_HOPPER_BWD)"
+    BYTEMODEL_TEST_HOPPER_BWD=$VARIANT timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py \
+        tests/test_gpu_determinism.py -k "flash or backward" -rfE > "$OUT/dq_tests.log" 2>&1
+    echo "rc=$?"; tail -3 "$OUT/dq_tests.log"
     exit 0
 fi
 if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16

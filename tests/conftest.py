@@ -155,6 +155,31 @@ def gpu_marks(cp) -> list:
     return [pytest.mark.gpu, pytest.mark.skipif(n == 0, reason="no CUDA GPU")]
 
 
+def _hopper_bwd_under_test():
+    """BYTEMODEL_TEST_HOPPER_BWD=flash_bwd_h64_m160 (a kernel of
+    benchmarks/kernels/flash_hopper_variants.cu): the GPU tests run the Hopper backward at that
+    kernel's head dim, without dropout, on it instead of the shipped one, so that a study variant
+    is tested as if shipped before it ships (benchmarks/device_check.sh dq)."""
+    name = os.environ.get("BYTEMODEL_TEST_HOPPER_BWD")
+    if not name:
+        return
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "kernels"))
+    import flash_attn
+    from bytemodel.ops import cuda_ops
+    D = int(name.split("_h", 1)[1].split("_", 1)[0])
+    shipped = cuda_ops.CudaBackend._hopper_bwd_kernel
+
+    def variant(self, D_, drop=False):
+        if D_ != D or drop:
+            return shipped(self, D_, drop=drop)
+        return flash_attn.hopper_bwd_variant(self.precision, name, D)
+    cuda_ops.CudaBackend._hopper_bwd_kernel = variant
+
+
+_hopper_bwd_under_test()
+
+
 def cuda_backend(precision: str, hopper: bool | None = None):
     """The CUDA backend at this precision; the test is skipped where that precision cannot run
     (bf16 without ml_dtypes). hopper: None, the GPU's own attention path; True, the wgmma kernels

@@ -85,6 +85,17 @@ def _hopper_variants_source():
         return "\n" + f.read()
 
 
+def hopper_bwd_variant(precision, name, D):
+    """A backward kernel of flash_hopper_variants.cu (flash_bwd_h<D>_m<MODE>) -> (function, tiles)
+    as CudaBackend._hopper_bwd_kernel gives them, the tiles naming the shared memory its MODE's dQ
+    exchange takes (flash_bwd_h's sX). tests/conftest.py runs the GPU tests on one this way."""
+    from bytemodel.ops import cuda_ops
+    mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
+    mode = int(name.rsplit("_m", 1)[1])
+    exchange = 64 * (D + 8) if mode & 64 else 128 * D if mode & 128 else 64 * D
+    return mod.get_function(name), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
+
+
 def variant_backend():
     """The fp16 CUDA backend whose FlashAttention kernel can be switched to a study variant
     (compiled from flash_attn.cu + flash_variants.cu); .use = {"fwd": ver, "bwd": ver} or None."""
@@ -110,11 +121,7 @@ def variant_backend():
             ver = self.use.get("bwd")
             if (ver, D) not in HOPPER_BWD_VARIANTS or drop:   # the study variants draw no dropout mask
                 return super()._hopper_bwd_kernel(D, drop=drop)
-            mod = cuda_ops._hopper_module(self.precision, _hopper_variants_source())
-            name = HOPPER_BWD_VARIANTS[(ver, D)][0]
-            mode = int(name.rsplit("_m", 1)[1])   # the exchange's floats by MODE: flash_bwd_h's sX
-            exchange = 64 * (D + 8) if mode & 64 else 128 * D if mode & 128 else 64 * D
-            return mod.get_function(name), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
+            return hopper_bwd_variant(self.precision, HOPPER_BWD_VARIANTS[(ver, D)][0], D)
 
         def _hopper_kernel(self, D, name=None, drop=False):   # version = a kernel of HOPPER_FWD_KERNELS
             ver = self.use.get("fwd")
