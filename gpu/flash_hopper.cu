@@ -831,6 +831,13 @@ __device__ __forceinline__ void flash_bwd_h(
         fence_regs(dq);
         fence_regs(dv);
         fence_regs(dk);
+        // the tile before the last may have ended a segment in the last iteration: released here,
+        // before the last tile's wait (another block may need it to reach the turn waited for)
+        __syncthreads();
+        if (threadIdx.x == 0 && pending != nullptr) {
+            red_release(pending, 1);
+            pending = nullptr;
+        }
         store_dq();
         if (q_m0 >= 0) finish_dq();
     }
