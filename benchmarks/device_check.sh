@@ -12,7 +12,7 @@
 #                                                # and two stronger dropouts (issue 27's -0.02)
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
-#     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_bulk, h_pipe), then the flash
+#     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_pipe), then the flash
 #                                                # tests on VARIANT (default flash_bwd_h64_m128, h_pipe) as if shipped
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
@@ -111,7 +111,7 @@ for p in ('fp16', 'bf16'):
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py tests/test_gpu_determinism.py \
         -k flash -rfE > "$OUT/hopper_tests.log" 2>&1
     echo "rc=$?"; tail -3 "$OUT/hopper_tests.log"
-    step "attention kernels against SDPA (h_v4, h_bulk: the dQ adds in other forms, checked for the shipped bytes)"
+    step "attention kernels against SDPA (h_v4, h_pipe: the dQ adds in other forms, checked for the shipped bytes)"
     timeout 300 python3 benchmarks/kernels/flash_attn.py --json "$OUT/flash_attn.json" > "$OUT/flash_attn.log" 2>&1
     echo "rc=$?"; grep -E "versions|^ *\(" "$OUT/flash_attn.log"
     step "training at base against torch.compile"

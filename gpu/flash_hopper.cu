@@ -79,20 +79,6 @@ __device__ __forceinline__ void red_add_v4(float* p, float a, float b, float c, 
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-// the same between generic and asynchronous accesses of global memory (the bulk adds below)
-__device__ __forceinline__ void fence_proxy_async_global() {
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-// bytes / 4 floats of shared memory added to global memory by the bulk copy engine (sm_90:
-// cp.reduce.async.bulk; both addresses and bytes multiples of 16), one group a thread: committed,
-// then waited for until the source is read (.read) or the adds are done
-__device__ __forceinline__ void bulk_add_f32(float* g, const float* s, u32 bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                 :: "l"(g), "r"(smem_u32(s)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // rows [r0, r0 + R) of a (rows, D) matrix with row stride rs into the core-matrix layout at s;
 // rows >= nrows are zero-filled. Chunk i: r % 8 = i % 8, c / 8 = (i / 8) % (D / 8), r / 8 = i / D.
@@ -447,10 +433,8 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // red.v4 after a lane swap instead of float2 atomics (the same bits, seen on an H100). Bit 3 defers a tile's
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
-// are spent). Bit 6 (with 8 and 16) stages the sums as rows in shared memory, scaled, and adds them
-// with the bulk copy engine, one cp.reduce.async.bulk a row from one warp (the same values added to
-// the same elements in the same order of key blocks: the same bits, seen on an H100, but 22-26%
-// slower at D = 64; the counter released once the adds are complete).
+// are spent). (Bit 6, the staged sums added by the bulk copy engine a row at a time, gave the same
+// bits 22-26% slower at D = 64 on an H100 and was taken out: benchmarks/README.md.)
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -471,16 +455,14 @@ __device__ __forceinline__ void flash_bwd_h(
     unsigned char* sQ = sV + TK;                      // [2][BM][D]
     unsigned char* sdO = sQ + 2 * TQ;                 // [2][BM][D]
     unsigned char* sdS = sdO + 2 * TQ;                // [BM][BN]
-    constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0, BULK = (MODE & 64) != 0;
+    constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0;
     constexpr bool PIPE = (MODE & 128) != 0;
-    static_assert(!BULK || (DEFER && STAGED), "the bulk adds read the staged sums (MODE 88)");
     static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
-    constexpr int RS = D + 8;   // BULK: a row's stride in floats (a half-warp's float2 on 32 banks)
-    // [2 row halves][D / 2][64 threads]; BULK: [BM rows][RS], the rows the bulk engine reads; PIPE:
-    // two of the first (the owners' own partial sums after the partners')
+    // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
+    // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (BULK ? 64 * RS : PIPE ? 128 * D : 64 * D);   // [2][BM] lse * log2e
+    float* sL = sX + (PIPE ? 128 * D : 64 * D);       // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -534,7 +516,6 @@ __device__ __forceinline__ void flash_bwd_h(
     const int half = warp / 2;                 // the dQ rows' half a warp finishes (warpgroup half)
     // the exchange: a thread of the other warpgroup's half writes here what this one adds
     float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
-    float* xr = sX + (warp * 16 + g) * RS + 2 * t;   // BULK: this thread's first element of row warp 16 + g
     const bool owner = half == wg;             // (warps 0, 1 of warpgroup 0; 2, 3 of warpgroup 1)
     int p_m0 = -1, p_hq = 0, p_want = 0;       // DEFER: the tile whose adds are still to come
     bool p_first = false, p_last = false;
@@ -621,18 +602,6 @@ __device__ __forceinline__ void flash_bwd_h(
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
-        if constexpr (BULK) {   // warp 0 adds the staged rows, two a lane, after the wait
-            if (threadIdx.x < 32) {
-                if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-                __syncwarp();
-                fence_proxy_async_global();
-                const int nr = min(BM, T - p_m0);
-                float* dst = dQacc + (((i64)b * H + p_hq) * T + p_m0) * D;
-                for (int r = lane; r < nr; r += 32) bulk_add_f32(dst + (i64)r * D, sX + r * RS, D * 4);
-                bulk_commit();
-            }
-            return;
-        }
         if (!owner) return;
         if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
@@ -734,7 +703,6 @@ __device__ __forceinline__ void flash_bwd_h(
                 *reinterpret_cast<act_t*>(sdS + off) = from_f(dp[4 * i + e]);
             }
         fence_proxy_async();   // dS, read next by the tensor cores
-        if (BULK && threadIdx.x < 32) bulk_wait_read();   // the staged rows read: free past the barrier
         // dV_w += P^T dO, dK_w += dS^T Q (16 queries a product)
         {
             const u64 bo = L::v(cdO, BM), bq = L::v(cQ, BM);
@@ -772,12 +740,7 @@ __device__ __forceinline__ void flash_bwd_h(
                 q_m0 = m0, q_hq = hq, q_want = want, q_first = seg_first, q_last = seg_last, q_sem = sem;
                 continue;
             }
-            if (BULK && threadIdx.x < 32 && p_m0 >= 0 && p_last) {   // the bulk adds done, then released
-                bulk_wait();
-                fence_proxy_async_global();
-                __syncwarp();
-                if (threadIdx.x == 0) red_release(p_sem, 1);
-            } else if (!BULK && DEFER && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+            if (DEFER && threadIdx.x == 0 && p_m0 >= 0 && p_last)
                 red_release(p_sem, 1);   // the owners' adds of the last tile: all before the dS barrier
             wgmma_wait<0>();
             fence_regs(dq);
@@ -785,15 +748,7 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
-        if (BULK) {
-            if (!owner) {
-#pragma unroll
-                for (int i = 0; i < D / 8; i++)
-#pragma unroll
-                    for (int rh = 0; rh < 2; rh++)
-                        *reinterpret_cast<float2*>(xr + rh * 8 * RS + 8 * i) = make_float2(dq[4 * i + 2 * rh], dq[4 * i + 2 * rh + 1]);
-            }
-        } else if (!owner) {
+        if (!owner) {
 #pragma unroll
             for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
         }
@@ -801,16 +756,7 @@ __device__ __forceinline__ void flash_bwd_h(
         if constexpr (DEFER) {
             if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
             __syncthreads();
-            if (BULK && owner) {   // the row's sum, scaled as add_rows scales it
-#pragma unroll
-                for (int i = 0; i < D / 8; i++)
-#pragma unroll
-                    for (int rh = 0; rh < 2; rh++) {
-                        float2* p2 = reinterpret_cast<float2*>(xr + rh * 8 * RS + 8 * i);
-                        const float2 o = *p2;
-                        *p2 = make_float2((o.x + dq[4 * i + 2 * rh]) * scale, (o.y + dq[4 * i + 2 * rh + 1]) * scale);
-                    }
-            } else if (owner) {
+            if (owner) {
 #pragma unroll
                 for (int j = 0; j < D / 2; j++) {
                     if (STAGED) x[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
@@ -845,10 +791,6 @@ __device__ __forceinline__ void flash_bwd_h(
         if (p_m0 >= 0) {
             add_prev();
             pending = p_sem;   // the last tile ends its segment
-            if (BULK && threadIdx.x < 32) {
-                bulk_wait();
-                fence_proxy_async_global();
-            }
         }
     }
     __syncthreads();

@@ -69,11 +69,10 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False),
                        ("h_v4", 64): ("flash_bwd_h64_m56", True), ("h_v4", 128): ("flash_bwd_h128_m32", True),
-                       ("h_bulk", 64): ("flash_bwd_h64_m88", True), ("h_bulk", 128): ("flash_bwd_h128_m88", True),
                        ("h_pipe", 64): ("flash_bwd_h64_m128", True), ("h_pipe_v4", 64): ("flash_bwd_h64_m160", True),
                        ("h_pipe", 128): ("flash_bwd_h128_m128", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
-SAME_BITS = {"h_v4", "h_bulk", "h_pipe", "h_pipe_v4"}
+SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
@@ -92,7 +91,7 @@ def hopper_bwd_variant(precision, name, D):
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
-    exchange = 64 * (D + 8) if mode & 64 else 128 * D if mode & 128 else 64 * D
+    exchange = 128 * D if mode & 128 else 64 * D
     return mod.get_function(name), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
 
 

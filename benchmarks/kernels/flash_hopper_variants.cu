@@ -44,11 +44,8 @@ BWD_H(flash_bwd_h128_m2, 128, 64, 2)
 // Not shipped yet: the flash tests have not run on it.
 BWD_H(flash_bwd_h64_m56, 64, 64, 56)
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
-// the staged sums added by the bulk copy engine, a row a cp.reduce.async.bulk from one warp (MODE
-// bit 6 on the staged adds): h_bulk. The shipped kernel's bytes, repeatable, but slower on the
-// H100: -22% (32,12,1024,64), -26% (16,12,4096,64), -3% (16,12,1024,128)
-BWD_H(flash_bwd_h64_m88, 64, 64, 88)
-BWD_H(flash_bwd_h128_m88, 128, 64, 88)
+// (h_bulk, MODE bit 6: the staged sums added by the bulk copy engine a row at a time: the shipped
+// bytes but 22-26% slower at D = 64 on an H100; taken out of flash_bwd_h, benchmarks/README.md)
 // a tile's dQ product left in flight past its iteration and finished (exchange, sums, ordered adds)
 // behind the next tile's score products (MODE bit 7, PIPE; with bit 5 the adds as red.v4): h_pipe,
 // h_pipe_v4, not yet run on a device
