@@ -13,7 +13,7 @@
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_pipe), then the flash
-#                                                # tests on VARIANT (default flash_bwd_h64_m128, h_pipe) as if shipped
+#                                                # tests on each of VARIANTS (default h_pipe's and h_v4's kernels) as if shipped
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -119,16 +119,18 @@ for p in ('fp16', 'bf16'):
         | grep -E "tok/s|peak"
     exit 0
 fi
-if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, then the GPU tests on VARIANT as if shipped
-    VARIANT=${VARIANT:-flash_bwd_h64_m128}   # h_pipe; flash_bwd_h64_m160 is h_pipe_v4, _m56 h_v4
+if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, then the GPU tests on each of VARIANTS as if shipped
+    VARIANTS=${VARIANTS:-flash_bwd_h64_m128 flash_bwd_h64_m56}   # h_pipe, h_v4; flash_bwd_h64_m160 is h_pipe_v4
     step "the backward's dQ studies (each checked for the shipped kernel's bytes)"
     timeout 150 python3 benchmarks/kernels/flash_attn.py --shipped-forward --no-torch --shapes 32,12,1024,64 16,12,4096,64 \
         --json "$OUT/flash_attn_dq.json" > "$OUT/flash_attn_dq.log" 2>&1
     echo "rc=$?"; grep -E "versions|^ *\(|FAIL|repeat" "$OUT/flash_attn_dq.log"
-    step "the flash tests and the flash ordering tests on $VARIANT (tests/conftest.py's BYTEMODEL_TEST_HOPPER_BWD)"
-    BYTEMODEL_TEST_HOPPER_BWD=$VARIANT timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py \
-        tests/test_gpu_determinism.py -k "flash or backward" -rfE > "$OUT/dq_tests.log" 2>&1
-    echo "rc=$?"; tail -3 "$OUT/dq_tests.log"
+    for V in $VARIANTS; do
+        step "the flash tests and the flash ordering tests on $V (tests/conftest.py's BYTEMODEL_TEST_HOPPER_BWD)"
+        BYTEMODEL_TEST_HOPPER_BWD=$V timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py \
+            tests/test_gpu_determinism.py -k "flash or backward" -rfE > "$OUT/dq_tests_$V.log" 2>&1
+        echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/dq_tests_$V.log" | head -5; tail -1 "$OUT/dq_tests_$V.log"
+    done
     exit 0
 fi
 if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16
