@@ -158,8 +158,9 @@ def gpu_marks(cp) -> list:
 def _hopper_bwd_under_test():
     """BYTEMODEL_TEST_HOPPER_BWD=flash_bwd_h64_m160 (a kernel of
     benchmarks/kernels/flash_hopper_variants.cu): the GPU tests run the Hopper backward at that
-    kernel's head dim, without dropout, on it instead of the shipped one, so that a study variant
-    is tested as if shipped before it ships (benchmarks/device_check.sh dq)."""
+    kernel's head dim on it instead of the shipped one (with attention dropout too where the file
+    has its twin name + "_drop", else the shipped dropout kernel), so that a study variant is
+    tested as if shipped before it ships (benchmarks/device_check.sh dq)."""
     name = os.environ.get("BYTEMODEL_TEST_HOPPER_BWD")
     if not name:
         return
@@ -170,10 +171,12 @@ def _hopper_bwd_under_test():
     D = int(name.split("_h", 1)[1].split("_", 1)[0])
     shipped = cuda_ops.CudaBackend._hopper_bwd_kernel
 
+    twin = flash_attn.hopper_bwd_has_drop(name)
+
     def variant(self, D_, drop=False):
-        if D_ != D or drop:
+        if D_ != D or (drop and not twin):
             return shipped(self, D_, drop=drop)
-        return flash_attn.hopper_bwd_variant(self.precision, name, D)
+        return flash_attn.hopper_bwd_variant(self.precision, name, D, drop=drop)
     cuda_ops.CudaBackend._hopper_bwd_kernel = variant
 
 

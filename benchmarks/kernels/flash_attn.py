@@ -84,15 +84,21 @@ def _hopper_variants_source():
         return "\n" + f.read()
 
 
-def hopper_bwd_variant(precision, name, D):
-    """A backward kernel of flash_hopper_variants.cu (flash_bwd_h<D>_m<MODE>) -> (function, tiles)
-    as CudaBackend._hopper_bwd_kernel gives them, the tiles naming the shared memory its MODE's dQ
+def hopper_bwd_variant(precision, name, D, drop=False):
+    """A backward kernel of flash_hopper_variants.cu (flash_bwd_h<D>_m<MODE>, or with drop its
+    twin name + "_drop" with attention dropout) -> (function, tiles) as
+    CudaBackend._hopper_bwd_kernel gives them, the tiles naming the shared memory its MODE's dQ
     exchange takes (flash_bwd_h's sX). tests/conftest.py runs the GPU tests on one this way."""
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
     exchange = 128 * D if mode & 128 else 64 * D
-    return mod.get_function(name), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
+    return mod.get_function(name + ("_drop" if drop else "")), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
+
+
+def hopper_bwd_has_drop(name) -> bool:
+    """Whether flash_hopper_variants.cu defines the dropout twin of the backward kernel `name`."""
+    return f"BWD_H_DROP({name}_drop," in _hopper_variants_source()
 
 
 def variant_backend():

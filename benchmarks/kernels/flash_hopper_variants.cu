@@ -52,6 +52,8 @@ BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 BWD_H(flash_bwd_h64_m128, 64, 64, 128)
 BWD_H(flash_bwd_h64_m160, 64, 64, 160)
 BWD_H(flash_bwd_h128_m128, 128, 64, 128)
+// h_pipe's twin with attention dropout, so that device_check.sh dq tests the pair as if shipped
+BWD_H_DROP(flash_bwd_h64_m128_drop, 64, 64, 128, 2)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
