@@ -14,6 +14,7 @@
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_pipe), then the flash
 #                                                # tests on each of VARIANTS (default h_pipe's and h_v4's kernels) as if shipped
+#                                                # (with attention dropout's tests where the variant has its _drop twin)
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -128,7 +129,7 @@ if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, the
     for V in $VARIANTS; do
         step "the flash tests and the flash ordering tests on $V (tests/conftest.py's BYTEMODEL_TEST_HOPPER_BWD)"
         BYTEMODEL_TEST_HOPPER_BWD=$V timeout ${TEST_S:-200} python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py \
-            tests/test_gpu_determinism.py -k "flash or backward" -rfE > "$OUT/dq_tests_$V.log" 2>&1
+            tests/test_gpu_determinism.py tests/test_cuda_attn_dropout.py -k "flash or backward or attn" -rfE > "$OUT/dq_tests_$V.log" 2>&1
         echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/dq_tests_$V.log" | head -5; tail -1 "$OUT/dq_tests_$V.log"
     done
     exit 0
