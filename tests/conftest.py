@@ -176,7 +176,10 @@ def _hopper_bwd_under_test():
     def variant(self, D_, drop=False):
         if D_ != D or (drop and not twin):
             return shipped(self, D_, drop=drop)
-        return flash_attn.hopper_bwd_variant(self.precision, name, D, drop=drop)
+        fn, tiles = flash_attn.hopper_bwd_variant(self.precision, name, D, drop=drop)
+        # in the shipped kernel's slot, where the tests look for which backward ran
+        self._fns["flash_hopper.cu", cuda_ops.FLASH_BWD_HOPPER[D][0] + ("_drop" if drop else "")] = fn
+        return fn, tiles
     cuda_ops.CudaBackend._hopper_bwd_kernel = variant
 
 
