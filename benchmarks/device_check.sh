@@ -12,9 +12,11 @@
 #                                                # and two stronger dropouts (issue 27's -0.02)
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
-#     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_v4, h_pipe), then the flash
-#                                                # tests on each of VARIANTS (default h_pipe's and h_v4's kernels) as if shipped
+#     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_staged, h_pipe), then the flash
+#                                                # tests on each of VARIANTS (default h_pipe_v4's kernel) as if shipped
 #                                                # (with attention dropout's tests where the variant has its _drop twin)
+#     bash benchmarks/device_check.sh bwd64      # issue 28: the shipped backward at D = 64 timed beside its studies (h_staged,
+#                                                # h_pipe) and SDPA at three shapes, then the flash, attention dropout and ordering tests
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -112,7 +114,7 @@ for p in ('fp16', 'bf16'):
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_attention.py tests/test_gpu_determinism.py \
         -k flash -rfE > "$OUT/hopper_tests.log" 2>&1
     echo "rc=$?"; tail -3 "$OUT/hopper_tests.log"
-    step "attention kernels against SDPA (h_v4, h_pipe: the dQ adds in other forms, checked for the shipped bytes)"
+    step "attention kernels against SDPA (h_staged, h_pipe: the dQ adds in other forms, checked for the shipped bytes)"
     timeout 300 python3 benchmarks/kernels/flash_attn.py --json "$OUT/flash_attn.json" > "$OUT/flash_attn.log" 2>&1
     echo "rc=$?"; grep -E "versions|^ *\(" "$OUT/flash_attn.log"
     step "training at base against torch.compile"
@@ -121,7 +123,7 @@ for p in ('fp16', 'bf16'):
     exit 0
 fi
 if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, then the GPU tests on each of VARIANTS as if shipped
-    VARIANTS=${VARIANTS:-flash_bwd_h64_m128 flash_bwd_h64_m56}   # h_pipe, h_v4; flash_bwd_h64_m160 is h_pipe_v4
+    VARIANTS=${VARIANTS:-flash_bwd_h64_m160}   # h_pipe_v4 (h_pipe: flash_bwd_h64_m128, passed; h_v4 ships)
     step "the backward's dQ studies (each checked for the shipped kernel's bytes)"
     timeout 150 python3 benchmarks/kernels/flash_attn.py --shipped-forward --no-torch --shapes 32,12,1024,64 16,12,4096,64 \
         --json "$OUT/flash_attn_dq.json" > "$OUT/flash_attn_dq.log" 2>&1
@@ -132,6 +134,18 @@ if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, the
             tests/test_gpu_determinism.py tests/test_cuda_attn_dropout.py -k "flash or backward or attn" -rfE > "$OUT/dq_tests_$V.log" 2>&1
         echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/dq_tests_$V.log" | head -5; tail -1 "$OUT/dq_tests_$V.log"
     done
+    exit 0
+fi
+if [ "$only" = bwd64 ]; then   # issue 28: the shipped backward at D = 64 timed beside its studies, then its tests
+    step "the backward at D = 64: shipped against h_staged, h_pipe and the other studies (bytes checked), and SDPA"
+    timeout ${STUDY_S:-220} python3 benchmarks/kernels/flash_attn.py --shipped-forward --shapes 16,12,1024,64 16,12,4096,64 \
+        32,12,1024,64 --json "$OUT/flash_attn_bwd64.json" > "$OUT/flash_attn_bwd64.log" 2>&1
+    echo "rc=$?"; grep -E "versions|^ *\(|FAIL|repeat" "$OUT/flash_attn_bwd64.log"
+    step "the flash, attention dropout and ordering tests on the shipped kernels"
+    n=""; python3 -c "import xdist" 2>/dev/null && n="-n 4"
+    timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $n tests/test_flash_attention.py tests/test_cuda_attn_dropout.py \
+        tests/test_gpu_determinism.py -rfE > "$OUT/bwd64_tests.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/bwd64_tests.log" | head -5; tail -1 "$OUT/bwd64_tests.log"
     exit 0
 fi
 if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16

@@ -834,12 +834,15 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 
 // name, D, BM, MODE: the shipped backward per head dim (cuda_ops.FLASH_BWD_HOPPER). At D = 64 the
-// staged deferred adds (MODE 24): +4.5% at (16,12,1024,64), +0.4% at T = 4096 on the H100 against
-// the immediate adds (benchmarks/README.md, "The staged dQ adds at D = 64"); at D = 128 they lost.
-BWD_H(flash_bwd_h64, 64, 64, 24)
+// staged deferred adds (MODE 24) made as red.global.add.v4.f32 after a lane swap (MODE 32: half the
+// reductions, the same bytes): +4.3% / +3.8% / +2.6% at (16,12,1024,64) / (16,12,4096,64) /
+// (32,12,1024,64) over the staged adds alone, which had gained +4.5% / +0.4% over the immediate
+// adds (H100, benchmarks/README.md, "h_v4 shipped"); at D = 128 the deferred forms lost and the
+// lane swap spills.
+BWD_H(flash_bwd_h64, 64, 64, 56)
 BWD_H(flash_bwd_h128, 128, 64, 0)
 // with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")
-BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 24, 2)
+BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 56, 2)
 BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0, 2)
 
 #endif

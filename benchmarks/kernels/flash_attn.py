@@ -68,11 +68,11 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_nowait", 64): ("flash_bwd_h64_m1", True),
                        ("h_nodq", 64): ("flash_bwd_h64_m2", False), ("h_deferred", 128): ("flash_bwd_h128_m24", True),
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False),
-                       ("h_v4", 64): ("flash_bwd_h64_m56", True), ("h_v4", 128): ("flash_bwd_h128_m32", True),
+                       ("h_staged", 64): ("flash_bwd_h64_m24", True), ("h_v4", 128): ("flash_bwd_h128_m32", True),
                        ("h_pipe", 64): ("flash_bwd_h64_m128", True), ("h_pipe_v4", 64): ("flash_bwd_h64_m160", True),
                        ("h_pipe", 128): ("flash_bwd_h128_m128", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
-SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4"}
+SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 

@@ -29,8 +29,8 @@ FWD_H(flash_fwd_h128_asp, 128, 64, 2, 2, false, 1, true, 1)
 // The backward's study variants (MODE bits of flash_bwd_h; benchmarks/kernels/flash_attn.py's
 // HOPPER_BWD_VARIANTS): m8 / m24 defer a tile's dQ adds behind the next tile's score products (the
 // sums in the dQ registers / in the exchange buffer; m8's owner-only writes to the dQ accumulators
-// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too; m24 ships at
-// D = 64), m0 the immediate adds (shipped at D = 64 until m24), m1 the immediate adds without the
+// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too; m24 shipped at
+// D = 64 until h_v4, and stays here as h_staged), m0 the immediate adds (shipped at D = 64 until m24), m1 the immediate adds without the
 // ordered wait, m2 leaves the dQ product and its adds out.
 BWD_H(flash_bwd_h64_m8, 64, 64, 8)
 BWD_H(flash_bwd_h64_m0, 64, 64, 0)
@@ -38,27 +38,28 @@ BWD_H(flash_bwd_h64_m1, 64, 64, 1)
 BWD_H(flash_bwd_h64_m2, 64, 64, 2)
 BWD_H(flash_bwd_h128_m24, 128, 64, 24)
 BWD_H(flash_bwd_h128_m2, 128, 64, 2)
-// the dQ adds as red.global.add.v4.f32 after a lane swap (MODE bit 5: half the reductions): h_v4.
-// On an H100 (twenty-seventh session) the shipped kernel's bytes at every shape timed; at D = 64
-// +0.9% (32,12,1024,64) and +3.1% (16,12,4096,64); at D = 128, where the swap spills, -30%.
-// Not shipped yet: the flash tests have not run on it.
-BWD_H(flash_bwd_h64_m56, 64, 64, 56)
+BWD_H(flash_bwd_h64_m24, 64, 64, 24)
+// the dQ adds as red.global.add.v4.f32 after a lane swap (MODE bit 5: half the reductions): h_v4,
+// shipped at D = 64 since the twenty-ninth session (MODE 56, the staged adds so made); at D = 128,
+// where the swap spills, -30% (H100, twenty-seventh session)
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 // (h_bulk, MODE bit 6: the staged sums added by the bulk copy engine a row at a time: the shipped
 // bytes but 22-26% slower at D = 64 on an H100; taken out of flash_bwd_h, benchmarks/README.md)
 // a tile's dQ product left in flight past its iteration and finished (exchange, sums, ordered adds)
 // behind the next tile's score products (MODE bit 7, PIPE; with bit 5 the adds as red.v4): h_pipe,
-// h_pipe_v4, not yet run on a device
+// h_pipe_v4: the shipped bytes and the GPU tests passed (h_pipe as if shipped, its dropout twin
+// too), but 8-10% slower than the staged adds at D = 64 on the H100 (twenty-ninth session; 242
+// registers against 226, two exchanges); D = 128's spills
 BWD_H(flash_bwd_h64_m128, 64, 64, 128)
 BWD_H(flash_bwd_h64_m160, 64, 64, 160)
 BWD_H(flash_bwd_h128_m128, 128, 64, 128)
-// h_pipe's twin with attention dropout, so that device_check.sh dq tests the pair as if shipped
+// h_pipe's twin with attention dropout (tests/conftest.py swaps the pair in; device_check.sh dq)
 BWD_H_DROP(flash_bwd_h64_m128_drop, 64, 64, 128, 2)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
 FWD_H_DROP(flash_fwd_h64_bs_drop_r1, 64, 64, 2, 2, false, 1, false, 2, 1)
 FWD_H_DROP(flash_fwd_h64_bs_drop_r0, 64, 64, 2, 2, false, 1, false, 2, 0)
-BWD_H_DROP(flash_bwd_h64_drop_r1, 64, 64, 24, 1)
-BWD_H_DROP(flash_bwd_h64_drop_r0, 64, 64, 24, 0)
+BWD_H_DROP(flash_bwd_h64_drop_r1, 64, 64, 56, 1)
+BWD_H_DROP(flash_bwd_h64_drop_r0, 64, 64, 56, 0)
 #endif
