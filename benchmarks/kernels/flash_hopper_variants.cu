@@ -41,7 +41,9 @@ BWD_H(flash_bwd_h128_m2, 128, 64, 2)
 BWD_H(flash_bwd_h64_m24, 64, 64, 24)
 // the dQ adds as red.global.add.v4.f32 after a lane swap (MODE bit 5: half the reductions): h_v4,
 // shipped at D = 64 since the twenty-ninth session (MODE 56, the staged adds so made); at D = 128,
-// where the swap spills, -30% (H100, twenty-seventh session)
+// where the swap spilled 28 bytes, -30% (H100, twenty-seventh session); since the partner's values
+// are computed before their swaps (twenty-ninth session: the shipped kernels' cubin unchanged under
+// NVRTC 12.9) it spills 4 bytes there (h_v4 at 128, not yet timed; MODE 56 at 128 spills 32)
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 // (h_bulk, MODE bit 6: the staged sums added by the bulk copy engine a row at a time: the shipped
 // bytes but 22-26% slower at D = 64 on an H100; taken out of flash_bwd_h, benchmarks/README.md)
