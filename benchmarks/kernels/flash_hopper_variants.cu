@@ -45,6 +45,7 @@ BWD_H(flash_bwd_h64_m24, 64, 64, 24)
 // are computed before their swaps (twenty-ninth session: the shipped kernels' cubin unchanged under
 // NVRTC 12.9) it spills 4 bytes there (h_v4 at 128, not yet timed; MODE 56 at 128 spills 32)
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
+BWD_H_DROP(flash_bwd_h128_m32_drop, 128, 64, 32, 2)
 // (h_bulk, MODE bit 6: the staged sums added by the bulk copy engine a row at a time: the shipped
 // bytes but 22-26% slower at D = 64 on an H100; taken out of flash_bwd_h, benchmarks/README.md)
 // a tile's dQ product left in flight past its iteration and finished (exchange, sums, ordered adds)
