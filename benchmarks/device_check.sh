@@ -13,7 +13,8 @@
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_staged, h_pipe), then the flash
-#                                                # tests on each of VARIANTS (default h_pipe_v4's kernel) as if shipped
+#                                                # tests on each of VARIANTS (default h_pipe_v4's kernel) as if shipped; at D = 128
+#                                                # (h_v4 there): SHAPES="16,12,1024,128 16,12,4096,128" VARIANTS=flash_bwd_h128_m32
 #                                                # (with attention dropout's tests where the variant has its _drop twin)
 #     bash benchmarks/device_check.sh bwd64      # issue 28: the shipped backward at D = 64 timed beside its studies (h_staged,
 #                                                # h_pipe) and SDPA at three shapes, then the flash, attention dropout and ordering tests
@@ -125,7 +126,7 @@ fi
 if [ "$only" = dq ]; then   # issue 28: the backward's dQ studies at D = 64, then the GPU tests on each of VARIANTS as if shipped
     VARIANTS=${VARIANTS:-flash_bwd_h64_m160}   # h_pipe_v4 (h_pipe: flash_bwd_h64_m128, passed; h_v4 ships)
     step "the backward's dQ studies (each checked for the shipped kernel's bytes)"
-    timeout 150 python3 benchmarks/kernels/flash_attn.py --shipped-forward --no-torch --shapes 32,12,1024,64 16,12,4096,64 \
+    timeout 150 python3 benchmarks/kernels/flash_attn.py --shipped-forward --no-torch --shapes ${SHAPES:-32,12,1024,64 16,12,4096,64} \
         --json "$OUT/flash_attn_dq.json" > "$OUT/flash_attn_dq.log" 2>&1
     echo "rc=$?"; grep -E "versions|^ *\(|FAIL|repeat" "$OUT/flash_attn_dq.log"
     for V in $VARIANTS; do
