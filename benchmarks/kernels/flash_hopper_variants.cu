@@ -43,7 +43,8 @@ BWD_H(flash_bwd_h64_m24, 64, 64, 24)
 // shipped at D = 64 since the twenty-ninth session (MODE 56, the staged adds so made); at D = 128,
 // where the swap spilled 28 bytes, -30% (H100, twenty-seventh session); since the partner's values
 // are computed before their swaps (twenty-ninth session: the shipped kernels' cubin unchanged under
-// NVRTC 12.9) it spills 4 bytes there (h_v4 at 128, not yet timed; MODE 56 at 128 spills 32)
+// NVRTC 12.9) it spills 4 bytes there and still loses 28-31% (H100, twenty-ninth session; the
+// tests passed on it and its dropout twin); MODE 56 at 128 spills 32
 BWD_H(flash_bwd_h128_m32, 128, 64, 32)
 BWD_H_DROP(flash_bwd_h128_m32_drop, 128, 64, 32, 2)
 // (h_bulk, MODE bit 6: the staged sums added by the bulk copy engine a row at a time: the shipped
