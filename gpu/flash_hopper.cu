@@ -839,8 +839,8 @@ __device__ __forceinline__ void flash_bwd_h(
 // staged deferred adds (MODE 24) made as red.global.add.v4.f32 after a lane swap (MODE 32: half the
 // reductions, the same bytes): +4.3% / +3.8% / +2.6% at (16,12,1024,64) / (16,12,4096,64) /
 // (32,12,1024,64) over the staged adds alone, which had gained +4.5% / +0.4% over the immediate
-// adds (H100, benchmarks/README.md, "h_v4 shipped"); at D = 128 the deferred forms lost and the
-// lane swap spills.
+// adds (H100, benchmarks/README.md, "h_pipe run, h_v4 shipped"); at D = 128 the deferred forms
+// and the lane swap lost (h_v4 -28-31%).
 BWD_H(flash_bwd_h64, 64, 64, 56)
 BWD_H(flash_bwd_h128, 128, 64, 0)
 // with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")

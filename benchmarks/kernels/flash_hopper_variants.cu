@@ -29,9 +29,9 @@ FWD_H(flash_fwd_h128_asp, 128, 64, 2, 2, false, 1, true, 1)
 // The backward's study variants (MODE bits of flash_bwd_h; benchmarks/kernels/flash_attn.py's
 // HOPPER_BWD_VARIANTS): m8 / m24 defer a tile's dQ adds behind the next tile's score products (the
 // sums in the dQ registers / in the exchange buffer; m8's owner-only writes to the dQ accumulators
-// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too; m24 shipped at
-// D = 64 until h_v4, and stays here as h_staged), m0 the immediate adds (shipped at D = 64 until m24), m1 the immediate adds without the
-// ordered wait, m2 leaves the dQ product and its adds out.
+// make ptxas serialize every wgmma of the kernel, C7518, which m24 avoids at D = 64 too; m24 shipped
+// at D = 64 until h_v4 and stays as h_staged), m0 the immediate adds (shipped at D = 64 until m24),
+// m1 the immediate adds without the ordered wait, m2 leaves the dQ product and its adds out.
 BWD_H(flash_bwd_h64_m8, 64, 64, 8)
 BWD_H(flash_bwd_h64_m0, 64, 64, 0)
 BWD_H(flash_bwd_h64_m1, 64, 64, 1)
@@ -53,7 +53,7 @@ BWD_H_DROP(flash_bwd_h128_m32_drop, 128, 64, 32, 2)
 // behind the next tile's score products (MODE bit 7, PIPE; with bit 5 the adds as red.v4): h_pipe,
 // h_pipe_v4: the shipped bytes and the GPU tests passed (h_pipe as if shipped, its dropout twin
 // too), but 8-10% slower than the staged adds at D = 64 on the H100 (twenty-ninth session; 242
-// registers against 226, two exchanges); D = 128's spills
+// registers against 226, two exchanges); at D = 128 (512 bytes of spill) 36-37% slower
 BWD_H(flash_bwd_h64_m128, 64, 64, 128)
 BWD_H(flash_bwd_h64_m160, 64, 64, 160)
 BWD_H(flash_bwd_h128_m128, 128, 64, 128)
