@@ -18,6 +18,8 @@
 #                                                # (with attention dropout's tests where the variant has its _drop twin)
 #     bash benchmarks/device_check.sh bwd64      # issue 28: the shipped backward at D = 64 timed beside its studies (h_staged,
 #                                                # h_pipe) and SDPA at three shapes, then the flash, attention dropout and ordering tests
+#     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
+#                                                # and the forward at NCU_SHAPE (32,12,1024,64); benchmarks/kernels/flash_profile.py
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -147,6 +149,33 @@ if [ "$only" = bwd64 ]; then   # issue 28: the shipped backward at D = 64 timed 
     timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $n tests/test_flash_attention.py tests/test_cuda_attn_dropout.py \
         tests/test_gpu_determinism.py -rfE > "$OUT/bwd64_tests.log" 2>&1
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/bwd64_tests.log" | head -5; tail -1 "$OUT/bwd64_tests.log"
+    exit 0
+fi
+if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versions and the forward, one kernel each
+    shape=${NCU_SHAPE:-32,12,1024,64}
+    secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats"
+    mets="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*pct_of_peak_sustained_active"
+    prof() {   # prof NAME FILTER ARGS...: one kernel (the first after the script's checks) into $OUT/ncu_NAME.csv
+        local name=$1 filt=$2; shift 2
+        timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs --metrics "$mets" \
+            --csv --page details python3 benchmarks/kernels/flash_profile.py --shape "$shape" "$@" \
+            > "$OUT/ncu_$name.csv" 2> "$OUT/ncu_$name.err"
+        local rc=$?
+        if [ $rc -ne 0 ]; then   # without the raw metrics, should a name not exist on this ncu
+            timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs \
+                --csv --page details python3 benchmarks/kernels/flash_profile.py --shape "$shape" "$@" \
+                > "$OUT/ncu_$name.csv" 2>> "$OUT/ncu_$name.err"
+            rc=$?
+        fi
+        echo "$name rc=$rc"; tail -2 "$OUT/ncu_$name.err"
+    }
+    for V in ${NCU_BWD:-shipped h_staged h_nodq h_pipe}; do
+        step "ncu: backward $V at $shape"
+        prof "bwd_$V" flash_bwd_h --bwd "$V"
+    done
+    step "ncu: forward at $shape"
+    prof fwd flash_fwd_h --fwd
+    python3 benchmarks/kernels/ncu_summary.py "$OUT"/ncu_*.csv
     exit 0
 fi
 if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16
