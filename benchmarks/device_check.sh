@@ -13,13 +13,13 @@
 #     bash benchmarks/device_check.sh hopper     # issue 28: the Hopper module compiled, the flash tests, the kernels
 #                                                # against SDPA (with the study variants), training against torch.compile
 #     bash benchmarks/device_check.sh dq         # issue 28: the dQ studies at D = 64 (h_staged, h_pipe), then the flash
-#                                                # tests on each of VARIANTS (default h_pipe_v4's kernel) as if shipped; at D = 128
+#                                                # tests on each of VARIANTS (default h_pipe_v4's kernel) as if shipped (with
+#                                                # attention dropout's tests where the variant has its _drop twin); at D = 128
 #                                                # (h_v4 there): SHAPES="16,12,1024,128 16,12,4096,128" VARIANTS=flash_bwd_h128_m32
-#                                                # (with attention dropout's tests where the variant has its _drop twin)
 #     bash benchmarks/device_check.sh bwd64      # issue 28: the shipped backward at D = 64 timed beside its studies (h_staged,
 #                                                # h_pipe) and SDPA at three shapes, then the flash, attention dropout and ordering tests
 #     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
-#                                                # and the forward at NCU_SHAPE (32,12,1024,64); benchmarks/kernels/flash_profile.py
+#                                                # and the forward at NCU_SHAPE (32,12,1024,64); flash_attn.py --profile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
 #     bash benchmarks/device_check.sh kernels    # every kernel benchmark of benchmarks/kernels/ but attention's, base, fp16 and bf16
 #     bash benchmarks/device_check.sh attnpay    # issue 27: half of linux-docs at base, the defaults and --dropout-attn 0
@@ -155,26 +155,19 @@ if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versio
     shape=${NCU_SHAPE:-32,12,1024,64}
     secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats"
     mets="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*pct_of_peak_sustained_active"
-    prof() {   # prof NAME FILTER ARGS...: one kernel (the first after the script's checks) into $OUT/ncu_NAME.csv
-        local name=$1 filt=$2; shift 2
-        timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs --metrics "$mets" \
-            --csv --page details python3 benchmarks/kernels/flash_profile.py --shape "$shape" "$@" \
-            > "$OUT/ncu_$name.csv" 2> "$OUT/ncu_$name.err"
-        local rc=$?
-        if [ $rc -ne 0 ]; then   # without the raw metrics, should a name not exist on this ncu
-            timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs \
-                --csv --page details python3 benchmarks/kernels/flash_profile.py --shape "$shape" "$@" \
-                > "$OUT/ncu_$name.csv" 2>> "$OUT/ncu_$name.err"
-            rc=$?
-        fi
-        echo "$name rc=$rc"; tail -2 "$OUT/ncu_$name.err"
-    }
-    for V in ${NCU_BWD:-shipped h_staged h_nodq h_pipe}; do
-        step "ncu: backward $V at $shape"
-        prof "bwd_$V" flash_bwd_h --bwd "$V"
+    : > "$OUT/ncu.err"
+    for V in ${NCU_BWD:-shipped h_staged h_nodq h_pipe} fwd; do   # one kernel each, the first after the checks
+        step "ncu: $V at $shape"
+        filt=flash_bwd_h; [ "$V" = fwd ] && filt=flash_fwd_h
+        for raw in 1 0; do   # again without the raw metrics, should a name not exist on this ncu
+            m=(); [ $raw = 1 ] && m=(--metrics "$mets")
+            timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs "${m[@]}" --csv \
+                --page details python3 benchmarks/kernels/flash_attn.py --shapes "$shape" --profile "$V" \
+                > "$OUT/ncu_$V.csv" 2>> "$OUT/ncu.err" && break
+        done
+        echo "$V rc=$?"
     done
-    step "ncu: forward at $shape"
-    prof fwd flash_fwd_h --fwd
+    tail -4 "$OUT/ncu.err"
     python3 benchmarks/kernels/ncu_summary.py "$OUT"/ncu_*.csv
     exit 0
 fi

@@ -4,6 +4,10 @@ scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
 
     python benchmarks/kernels/flash_attn.py                 # the shapes of DESIGN.md
     python benchmarks/kernels/flash_attn.py --shapes 32,12,1024,64 64,6,512,64   # base, small
+    ncu --clock-control none -k regex:flash_bwd_h --launch-skip 2 --launch-count 1 \
+        python benchmarks/kernels/flash_attn.py --shapes 32,12,1024,64 --profile h_staged
+                # --profile VERSION (shipped, a study of HOPPER_BWD_VARIANTS, or fwd): no timing, only
+                # the checked calls for a profiler (benchmarks/device_check.sh ncu)
 
 Validation: every variant's output against the shipped kernel's (same math, another tiling:
 equal to fp16 rounding), the shipped kernel against NumPy in float64 in tests/; each backward
@@ -149,6 +153,41 @@ def forward_versions(ops, D):
     return vs + [(v, False) for (v, d) in VARIANTS_FWD if d == D]
 
 
+def close(a, b):
+    """fp16 outputs of two tilings of the same math: the same to fp16 rounding."""
+    import cupy as cp
+    a, b = a.astype(cp.float32), b.astype(cp.float32)
+    return float(cp.linalg.norm(a - b) / cp.linalg.norm(b)) < 2e-3
+
+
+def profile(B, H, T, D, ver, calls):
+    """The calls a profiler times: the backward `ver` ("shipped" or a study version; "fwd": the
+    shipped forward) `calls` times, after one shipped backward and one checked call of `ver`
+    (so the profiled kernel's launches start at the third: ncu --launch-skip 2)."""
+    import cupy as cp
+    ops = variant_backend()
+    if not ops.hopper:
+        raise SystemExit("error: --profile runs the Hopper kernels: a GPU of compute capability 9.x")
+    rng = cp.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((B, H, T, D), dtype=cp.float32).astype(cp.float16) for _ in range(4))
+    ops.use = {}
+    out, lse = ops.attention_forward(q, k, v)
+    if ver == "fwd":
+        for _ in range(calls + 1):
+            ops.attention_forward(q, k, v)
+    else:
+        ref = ops.attention_backward(do, q, k, v, out, lse)
+        ops.use = {"bwd": ver}
+        got = ops.attention_backward(do, q, k, v, out, lse)
+        real_dq = HOPPER_BWD_VARIANTS.get((ver, D), (None, True))[1]   # "nodq": dK, dV only
+        if not all(close(a, b) for a, b in list(zip(got, ref))[0 if real_dq else 1:]):
+            raise SystemExit(f"error: backward {ver} d{D} differs from the shipped kernel")
+        for _ in range(calls):
+            ops.attention_backward(do, q, k, v, out, lse)
+    cp.cuda.Device().synchronize()
+    print(f"{'forward' if ver == 'fwd' else 'backward ' + ver} at {B},{H},{T},{D}: {calls} calls after the checks")
+
+
 def ours(B, H, T, D, same=None, fwd_variants=True):
     """-> {("fwd"|"bwd", version): ms} for the shipped kernel ("shipped") and every study variant
     of this head dim, each checked against the shipped kernel's output first; same[version]:
@@ -161,11 +200,6 @@ def ours(B, H, T, D, same=None, fwd_variants=True):
     ops.use = {}
     out, lse = ops.attention_forward(q, k, v)
     grads = ops.attention_backward(do, q, k, v, out, lse)
-
-    def close(a, b):   # fp16 outputs of two tilings of the same math: same to fp16 rounding
-        a, b = a.astype(cp.float32), b.astype(cp.float32)
-        return float(cp.linalg.norm(a - b) / cp.linalg.norm(b)) < 2e-3
-
     on_hopper = ops.hopper
     for ver, hop in forward_versions(ops, D) if fwd_variants else [("shipped", on_hopper)]:
         ops.use = {"fwd": ver if ver != "fa2" else "shipped"}
@@ -220,8 +254,23 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--shipped-forward", action="store_true", help="time only the shipped forward (the backward's studies)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile", metavar="VERSION", help="no timing: the checked calls of the backward VERSION "
+                    "(shipped or a study) or of the forward (fwd) at the first shape, for a profiler")
+    ap.add_argument("--calls", type=int, default=4, help="with --profile: the calls after the checks")
     a = ap.parse_args()
-    shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
+    try:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
+    except ValueError:
+        raise SystemExit(f"error: --shapes takes B,H,T,D each, got {' '.join(a.shapes)}")
+    if any(len(s) != 4 for s in shapes):
+        raise SystemExit(f"error: --shapes takes B,H,T,D each, got {' '.join(a.shapes)}")
+    if a.profile:
+        B, H, T, D = shapes[0]
+        if a.profile not in ("shipped", "fwd") and (a.profile, D) not in HOPPER_BWD_VARIANTS:
+            known = sorted(v for v, d in HOPPER_BWD_VARIANTS if d == D)
+            raise SystemExit(f"error: no backward version {a.profile!r} at head dim {D}; known: shipped, fwd, {', '.join(known)}")
+        profile(B, H, T, D, a.profile, a.calls)
+        return
     rows = []
     print(f"{'B,H,T,D':>18} | {'ours fwd':>9} {'bwd':>7} | {'SDPA fwd':>9} {'bwd':>7} | TFLOP/s; ratio fwd/bwd")
     for B, H, T, D in shapes:

@@ -17,6 +17,14 @@ WANT = ("Duration", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throug
 STALL = "smsp__average_warps_issue_stalled_"
 
 
+def number(text):
+    """ncu's value as a float (thousands separators allowed), or None."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
 def rows(path):
     with open(path, errors="replace") as f:
         lines = [ln for ln in f if ln.startswith('"')]
@@ -29,14 +37,13 @@ def summary(path) -> list[str]:
     for r in rows(path):
         kernels.setdefault((r.get("ID"), r.get("Kernel Name", "?")), []).append(r)
     if not kernels:
-        return [f"{path}: no ncu rows (see its .err: ncu may not read counters on this machine)"]
+        return [f"{path}: no ncu rows (see ncu.err beside it: ncu may not read counters on this machine)"]
     for (kid, name), rs in kernels.items():
         got = {r.get("Metric Name", ""): (r.get("Metric Value", ""), r.get("Metric Unit", "")) for r in rs}
         main = [f"{m} {got[m][0]} {got[m][1]}".strip() for m in WANT if m in got]
         tensor = [f"{m} {v}" for m, (v, u) in got.items() if "pipe_tensor" in m]
-        stalls = sorted(((float(v.replace(",", "")), m[len(STALL):].split("_per_issue")[0])
-                         for m, (v, u) in got.items() if m.startswith(STALL) and v.replace(",", "").replace(".", "", 1).isdigit()),
-                        reverse=True)
+        stalls = sorted(((number(v), m[len(STALL):].split("_per_issue")[0]) for m, (v, u) in got.items()
+                         if m.startswith(STALL) and number(v) is not None), reverse=True)
         out.append(f"{path}: kernel {kid} {name.split('(')[0]}")
         out.append("   " + "; ".join(main))
         if tensor:
