@@ -146,6 +146,16 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 da, u64 db, int
 }
 
 template <int TB>
+__device__ __forceinline__ void wgmma_ss_n32(float (&d)[16], u64 da, u64 db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." MMA_T "." MMA_T " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(acc), "n"(TB));
+}
+
+template <int TB>
 __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 db, int acc) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -176,6 +186,9 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4],
 }
 
 template <int N> struct Wg;
+template <> struct Wg<32> {   // (the split dQ product at D = 64: ss only)
+    template <int TB> __device__ static void ss(float (&d)[16], u64 a, u64 b, int acc) { wgmma_ss_n32<TB>(d, a, b, acc); }
+};
 template <> struct Wg<64> {
     template <int TB> __device__ static void ss(float (&d)[32], u64 a, u64 b, int acc) { wgmma_ss_n64<TB>(d, a, b, acc); }
     template <int TB> __device__ static void rs(float (&d)[32], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n64<TB>(d, a, b, acc); }
@@ -458,11 +471,16 @@ __device__ __forceinline__ void flash_bwd_h(
     constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0;
     constexpr bool PIPE = (MODE & 128) != 0;
     static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
+    // SPLIT: each warpgroup makes D / 2 columns of dQ over all BN keys (no exchange, every thread adds)
+    constexpr bool SPLIT = (MODE & 256) != 0;
+    static_assert(!SPLIT || (MODE & ~(256 | 32 | 8)) == 0, "SPLIT goes with the v4 adds and the deferral in registers");
+    constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
+    constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (PIPE ? 128 * D : 64 * D);       // [2][BM] lse * log2e
+    float* sL = sX + (PIPE ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -504,9 +522,11 @@ __device__ __forceinline__ void flash_bwd_h(
     load_stage(0, 0);
     cp_commit();
 
-    float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[D / 2];
+    float dk[D / 2], dv[D / 2], s[BM / 2], dp[BM / 2], dq[NQ];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = dq[i] = 0.f;
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NQ; i++) dq[i] = 0.f;
 #pragma unroll
     for (int i = 0; i < BM / 2; i++) s[i] = dp[i] = 0.f;   // overwritten (acc = 0); keeps them defined
     const u64 ak = L::qk(sK + L::rows_at(wg * 64, BN), BN), av = L::qk(sV + L::rows_at(wg * 64, BN), BN);
@@ -540,15 +560,17 @@ __device__ __forceinline__ void flash_bwd_h(
     // +2.6-4.3% on an H100): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
     // the odd one 4 of row g + 8, and each adds them with one red.global.add.v4.f32: half the
     // reductions, the same values added to the same elements (the same bits).
+    // (SPLIT: columns c0 .. c0 + D / 2 of the warpgroup's own)
+    const int c0 = SPLIT ? wg * (D / 2) : 0;
     auto add_rows = [&](int m0_, int hq_, bool from_dq, bool from_x) {
         if constexpr ((MODE & 32) == 0) {
 #pragma unroll
             for (int rh = 0; rh < 2; rh++) {
                 const int r = m0_ + warp * 16 + g + rh * 8;
                 if (r < T) {
-                    float* dstp = dQacc + (((i64)b * H + hq_) * T + r) * D + 2 * t;
+                    float* dstp = dQacc + (((i64)b * H + hq_) * T + r) * D + c0 + 2 * t;
 #pragma unroll
-                    for (int i = 0; i < D / 8; i++)
+                    for (int i = 0; i < NC / 8; i++)
                         atomicAdd(reinterpret_cast<float2*>(dstp + i * 8),
                                   make_float2(val(4 * i + 2 * rh, from_dq, from_x) * scale,
                                               val(4 * i + 2 * rh + 1, from_dq, from_x) * scale));
@@ -557,9 +579,9 @@ __device__ __forceinline__ void flash_bwd_h(
         } else {
             const int rh = t & 1;                 // my row: g (even lane) or g + 8 (odd)
             const int r = m0_ + warp * 16 + g + rh * 8;
-            float* dstp = dQacc + (((i64)b * H + hq_) * T + r) * D + 4 * (t >> 1);
+            float* dstp = dQacc + (((i64)b * H + hq_) * T + r) * D + c0 + 4 * (t >> 1);
 #pragma unroll
-            for (int i = 0; i < D / 8; i++) {
+            for (int i = 0; i < NC / 8; i++) {
                 // mine: row rh, columns 8 i + 2 t, + 1; the partner's for my row come back for mine of its
                 const float m0v = val(4 * i + 2 * rh, from_dq, from_x) * scale;
                 const float m1v = val(4 * i + 2 * rh + 1, from_dq, from_x) * scale;
@@ -585,7 +607,7 @@ __device__ __forceinline__ void flash_bwd_h(
     auto store_dq = [&]() {   // (unconditional: on the first tile a harmless store of zeros)
         float* mine = x + (owner ? 64 * D : 0);
 #pragma unroll
-        for (int j = 0; j < D / 2; j++) mine[j * 64] = dq[j];
+        for (int j = 0; j < NQ; j++) mine[j * 64] = dq[j];
     };
     auto finish_dq = [&]() {
         __syncthreads();
@@ -604,6 +626,12 @@ __device__ __forceinline__ void flash_bwd_h(
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
+        if constexpr (SPLIT) {   // every thread adds its own columns
+            if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            add_rows(p_m0, p_hq, true, false);
+            return;
+        }
         if (!owner) return;
         if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
@@ -726,14 +754,24 @@ __device__ __forceinline__ void flash_bwd_h(
             continue;
         }
         __syncthreads();   // both warpgroups' dS in shared memory
-        // dQ_w = dS[:, keys of w] K_w (16 keys a product)
+        // dQ_w = dS[:, keys of w] K_w (16 keys a product); SPLIT: dQ[:, c0 ..] = dS K[:, c0 ..] over
+        // all BN keys, B = K's columns c0 .. c0 + D / 2 (at D = 64 the second half of the 128-byte
+        // swizzle atom's rows: a start 64 bytes in, the swizzle being of the address bits)
         {
-            const u64 as = LS::qk(sdS, BM), bk_ = L::v(sK, BN);
+            const u64 as = LS::qk(sdS, BM);
             fence_regs(dq);
             wgmma_fence();
+            if constexpr (SPLIT) {
+                const u64 bk_ = L::v(sK + (c0 / 64) * BN * 128 + (c0 % 64) * 2, BN);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                Wg<D>::template ss<1>(dq, as + (LS::qk_step(4 * wg + kk, BM) >> 4), bk_ + (L::v_step(4 * wg + kk) >> 4), kk);
+                for (int kk = 0; kk < BN / 16; kk++)
+                    Wg<D / 2>::template ss<1>(dq, as + (LS::qk_step(kk, BM) >> 4), bk_ + (L::v_step(kk) >> 4), kk);
+            } else {
+                const u64 bk_ = L::v(sK, BN);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    Wg<D>::template ss<1>(dq, as + (LS::qk_step(4 * wg + kk, BM) >> 4), bk_ + (L::v_step(4 * wg + kk) >> 4), kk);
+            }
             wgmma_commit();
             if constexpr (PIPE) {   // waited for behind the next tile's score products
                 wgmma_wait<1>();     // dV, dK done: they read this stage's Q and dO, loaded over next
@@ -749,10 +787,22 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dv);
             fence_regs(dk);
         }
+        if constexpr (SPLIT) {   // no partial sums: this warpgroup's columns are complete
+            if constexpr (DEFER) {
+                if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
+                p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
+                continue;
+            }
+            if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);
+            __syncthreads();
+            add_rows(m0, hq, true, false);
+            if (threadIdx.x == 0 && seg_last) pending = sem;
+            continue;
+        }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
         if (!owner) {
 #pragma unroll
-            for (int j = 0; j < D / 2; j++) x[j * 64] = dq[j];
+            for (int j = 0; j < NQ; j++) x[j * 64] = dq[j];
         }
         if constexpr ((MODE & 4) != 0) continue;
         if constexpr (DEFER) {
@@ -760,7 +810,7 @@ __device__ __forceinline__ void flash_bwd_h(
             __syncthreads();
             if (owner) {
 #pragma unroll
-                for (int j = 0; j < D / 2; j++) {
+                for (int j = 0; j < NQ; j++) {
                     if (STAGED) x[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
                     else dq[j] += x[j * 64];
                 }

@@ -156,29 +156,29 @@ def gpu_marks(cp) -> list:
 
 
 def _hopper_bwd_under_test():
-    """BYTEMODEL_TEST_HOPPER_BWD=flash_bwd_h64_m160 (a kernel of
-    benchmarks/kernels/flash_hopper_variants.cu): the GPU tests run the Hopper backward at that
-    kernel's head dim on it instead of the shipped one (with attention dropout too where the file
-    has its twin name + "_drop", else the shipped dropout kernel), so that a study variant is
-    tested as if shipped before it ships (benchmarks/device_check.sh dq)."""
-    name = os.environ.get("BYTEMODEL_TEST_HOPPER_BWD")
-    if not name:
+    """BYTEMODEL_TEST_HOPPER_BWD=flash_bwd_h64_m160 (kernels of
+    benchmarks/kernels/flash_hopper_variants.cu, comma-separated, at most one a head dim): the GPU
+    tests run the Hopper backward at each kernel's head dim on it instead of the shipped one (with
+    attention dropout too where the file has its twin name + "_drop", else the shipped dropout
+    kernel), so that a study variant is tested as if shipped before it ships
+    (benchmarks/device_check.sh dq)."""
+    names = [n for n in os.environ.get("BYTEMODEL_TEST_HOPPER_BWD", "").split(",") if n]
+    if not names:
         return
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "kernels"))
     import flash_attn
     from bytemodel.ops import cuda_ops
-    D = int(name.split("_h", 1)[1].split("_", 1)[0])
+    by_d = {int(n.split("_h", 1)[1].split("_", 1)[0]): n for n in names}
     shipped = cuda_ops.CudaBackend._hopper_bwd_kernel
 
-    twin = flash_attn.hopper_bwd_has_drop(name)
-
     def variant(self, D_, drop=False):
-        if D_ != D or (drop and not twin):
+        name = by_d.get(D_)
+        if name is None or (drop and not flash_attn.hopper_bwd_has_drop(name)):
             return shipped(self, D_, drop=drop)
-        fn, tiles = flash_attn.hopper_bwd_variant(self.precision, name, D, drop=drop)
+        fn, tiles = flash_attn.hopper_bwd_variant(self.precision, name, D_, drop=drop)
         # in the shipped kernel's slot, where the tests look for which backward ran
-        self._fns["flash_hopper.cu", cuda_ops.FLASH_BWD_HOPPER[D][0] + ("_drop" if drop else "")] = fn
+        self._fns["flash_hopper.cu", cuda_ops.FLASH_BWD_HOPPER[D_][0] + ("_drop" if drop else "")] = fn
         return fn, tiles
     cuda_ops.CudaBackend._hopper_bwd_kernel = variant
 

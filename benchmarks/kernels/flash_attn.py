@@ -74,7 +74,10 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_nodq", 128): ("flash_bwd_h128_m2", False),
                        ("h_staged", 64): ("flash_bwd_h64_m24", True), ("h_v4", 128): ("flash_bwd_h128_m32", True),
                        ("h_pipe", 64): ("flash_bwd_h64_m128", True), ("h_pipe_v4", 64): ("flash_bwd_h64_m160", True),
-                       ("h_pipe", 128): ("flash_bwd_h128_m128", True)}
+                       ("h_pipe", 128): ("flash_bwd_h128_m128", True),
+                       ("h_split", 64): ("flash_bwd_h64_m256", True), ("h_split_v4", 64): ("flash_bwd_h64_m288", True),
+                       ("h_split_dv4", 64): ("flash_bwd_h64_m296", True), ("h_split", 128): ("flash_bwd_h128_m256", True),
+                       ("h_split_v4", 128): ("flash_bwd_h128_m288", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
 SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
@@ -96,7 +99,7 @@ def hopper_bwd_variant(precision, name, D, drop=False):
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
-    exchange = 128 * D if mode & 128 else 64 * D
+    exchange = 128 * D if mode & 128 else 0 if mode & 256 else 64 * D
     return mod.get_function(name + ("_drop" if drop else "")), cuda_ops.FLASH_BWD_HOPPER[D][1] + (exchange,)
 
 
@@ -188,10 +191,11 @@ def profile(B, H, T, D, ver, calls):
     print(f"{'forward' if ver == 'fwd' else 'backward ' + ver} at {B},{H},{T},{D}: {calls} calls after the checks")
 
 
-def ours(B, H, T, D, same=None, fwd_variants=True):
+def ours(B, H, T, D, same=None, fwd_variants=True, bwd_only=None):
     """-> {("fwd"|"bwd", version): ms} for the shipped kernel ("shipped") and every study variant
-    of this head dim, each checked against the shipped kernel's output first; same[version]:
-    whether the backward's bytes repeat over 3 calls."""
+    of this head dim (bwd_only: only these Hopper backward studies beside the shipped kernel),
+    each checked against the shipped kernel's output first; same[version]: whether the
+    backward's bytes repeat over 3 calls."""
     import cupy as cp
     ops = variant_backend()
     rng = cp.random.default_rng(0)
@@ -209,8 +213,9 @@ def ours(B, H, T, D, same=None, fwd_variants=True):
         res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
     ops.hopper = on_hopper
     # on Hopper "shipped" is the wgmma backward and "fa2" FlashAttention-2's, timed beside it
-    hop_bwd = [v for (v, d) in HOPPER_BWD_VARIANTS if d == D] if on_hopper else []
-    for ver in ["shipped"] + (["fa2"] if on_hopper else []) + hop_bwd + [v for (v, d) in VARIANTS_BWD if d == D]:
+    hop_bwd = [v for (v, d) in HOPPER_BWD_VARIANTS if d == D and (bwd_only is None or v in bwd_only)] if on_hopper else []
+    fa2_bwd = [v for (v, d) in VARIANTS_BWD if d == D] if bwd_only is None else []
+    for ver in ["shipped"] + (["fa2"] if on_hopper and bwd_only is None else []) + hop_bwd + fa2_bwd:
         ops.use = {"bwd": ver if ver != "fa2" else "shipped"}
         ops.hopper = on_hopper and (ver == "shipped" or ver in hop_bwd)
         g2 = ops.attention_backward(do, q, k, v, out, lse)
@@ -257,6 +262,8 @@ def main():
     ap.add_argument("--profile", metavar="VERSION", help="no timing: the checked calls of the backward VERSION "
                     "(shipped or a study) or of the forward (fwd) at the first shape, for a profiler")
     ap.add_argument("--calls", type=int, default=4, help="with --profile: the calls after the checks")
+    ap.add_argument("--bwd-versions", help="comma-separated: time only these Hopper backward studies beside "
+                    "the shipped kernel (no FlashAttention-2 backward)")
     a = ap.parse_args()
     try:
         shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
@@ -276,7 +283,8 @@ def main():
     for B, H, T, D in shapes:
         fl = 4.0 * B * H * T * T * D / 2
         same = {}
-        res = ours(B, H, T, D, same, fwd_variants=not a.shipped_forward)
+        only = set(a.bwd_versions.split(",")) if a.bwd_versions else None
+        res = ours(B, H, T, D, same, fwd_variants=not a.shipped_forward, bwd_only=only)
         of, ob = res[("fwd", "default")], res[("bwd", "default")]
         r = dict(shape=[B, H, T, D], ours_fwd_ms=of, ours_bwd_ms=ob,
                  ours_fwd_tflops=fl / of / 1e9, ours_bwd_tflops=2.5 * fl / ob / 1e9,

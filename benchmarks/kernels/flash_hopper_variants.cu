@@ -59,6 +59,22 @@ BWD_H(flash_bwd_h64_m160, 64, 64, 160)
 BWD_H(flash_bwd_h128_m128, 128, 64, 128)
 // h_pipe's twin with attention dropout (tests/conftest.py swaps the pair in; device_check.sh dq)
 BWD_H_DROP(flash_bwd_h64_m128_drop, 64, 64, 128, 2)
+// the dQ product split by columns (MODE bit 8, SPLIT): each warpgroup makes D / 2 columns of dQ over
+// all 128 keys of the block (at D = 64 an m64n32k16 chain whose B starts 64 bytes into K's swizzle
+// atom), so no exchange of partial sums and every thread adds its own columns (D / 4 accumulator
+// registers against D / 2); its own summation order, so its own bytes (still repeatable: the
+// ordered reduction is kept). h_split (m256, float2 adds), h_split_v4 (m288, red.v4), h_split_dv4
+// (m296, the v4 adds deferred behind the next tile's score products, the sums in registers; at
+// D = 128 the deferral in registers spills and serializes the wgmma, C7518, so not built there).
+BWD_H(flash_bwd_h64_m256, 64, 64, 256)
+BWD_H(flash_bwd_h64_m288, 64, 64, 288)
+BWD_H(flash_bwd_h64_m296, 64, 64, 296)
+BWD_H(flash_bwd_h128_m256, 128, 64, 256)
+BWD_H(flash_bwd_h128_m288, 128, 64, 288)
+BWD_H_DROP(flash_bwd_h64_m288_drop, 64, 64, 288, 2)
+BWD_H_DROP(flash_bwd_h64_m296_drop, 64, 64, 296, 2)
+BWD_H_DROP(flash_bwd_h128_m256_drop, 128, 64, 256, 2)
+BWD_H_DROP(flash_bwd_h128_m288_drop, 128, 64, 288, 2)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).

@@ -94,7 +94,7 @@ def _hopper_bwd_smem(D: int, BM: int, BN: int, exchange: int | None = None) -> i
     (`exchange` floats: 64 D for the shipped kernels; the study variants of
     benchmarks/kernels/flash_attn.py say their own), two stages of lse and delta, and the 1024
     bytes that align the first tile."""
-    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + (exchange or 64 * D) * 4 + 4 * BM * 4 + 1024
+    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + (64 * D if exchange is None else exchange) * 4 + 4 * BM * 4 + 1024
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
