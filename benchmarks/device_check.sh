@@ -18,9 +18,10 @@
 #                                                # (h_v4 there): SHAPES="16,12,1024,128 16,12,4096,128" VARIANTS=flash_bwd_h128_m32
 #     bash benchmarks/device_check.sh bwd64      # issue 28: the shipped backward at D = 64 timed beside its studies (h_staged,
 #                                                # h_pipe) and SDPA at three shapes, then the flash, attention dropout and ordering tests
-#     bash benchmarks/device_check.sh split      # issue 28: the dQ product split by columns between the warpgroups
-#                                                # (h_split*) timed beside the shipped backward and SDPA at D = 64 and
-#                                                # 128, then the flash tests on VARIANTS (comma: one kernel a head dim)
+#     bash benchmarks/device_check.sh split      # issue 28: the backward's dQ studies of the thirtieth session (BWD_VERSIONS:
+#                                                # h_solo*, one warpgroup a CTA; h_split*, dQ split by columns) timed beside
+#                                                # the shipped backward and SDPA at D = 64 and 128, then the flash tests on
+#                                                # each of VARIANTS as if shipped (comma: one kernel a head dim)
 #     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
 #                                                # and the forward at NCU_SHAPE (32,12,1024,64); flash_attn.py --profile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
@@ -154,15 +155,15 @@ if [ "$only" = bwd64 ]; then   # issue 28: the shipped backward at D = 64 timed 
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/bwd64_tests.log" | head -5; tail -1 "$OUT/bwd64_tests.log"
     exit 0
 fi
-if [ "$only" = split ]; then   # issue 28: the dQ product split by columns (MODE bit 8) against the shipped backward
-    step "the split dQ studies beside the shipped backward and SDPA (each checked against the shipped kernel)"
+if [ "$only" = split ]; then   # issue 28: the backward's studies (MODE bits 8, 9) against the shipped backward
+    step "the dQ studies beside the shipped backward and SDPA (each checked against the shipped kernel)"
     timeout ${STUDY_S:-260} python3 benchmarks/kernels/flash_attn.py --shipped-forward \
-        --bwd-versions ${BWD_VERSIONS:-h_staged,h_split,h_split_v4,h_split_dv4,h_nodq} \
+        --bwd-versions ${BWD_VERSIONS:-h_staged,h_solo,h_solo_v4,h_solo_dv4,h_nodq,h_immediate,h_split_v4} \
         --shapes ${SHAPES:-16,12,1024,64 16,12,4096,64 32,12,1024,64 16,12,1024,128 16,12,4096,128} \
         --json "$OUT/flash_attn_split.json" > "$OUT/flash_attn_split.log" 2>&1
     echo "rc=$?"; grep -E "versions|repeat|^ *\(|FAIL|rror" "$OUT/flash_attn_split.log"
     n=""; python3 -c "import xdist" 2>/dev/null && n="-n 4"
-    for V in ${VARIANTS:-flash_bwd_h64_m296,flash_bwd_h128_m256 flash_bwd_h64_m288,flash_bwd_h128_m288}; do
+    for V in ${VARIANTS:-flash_bwd_h64_m544 flash_bwd_h64_m552}; do
         step "the flash, attention dropout and ordering tests on $V as if shipped"
         BYTEMODEL_TEST_HOPPER_BWD=$V timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $n tests/test_flash_attention.py \
             tests/test_gpu_determinism.py tests/test_cuda_attn_dropout.py -k "flash or backward or attn or drop" -rfE \

@@ -440,14 +440,19 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // and the two partial dQ_w are added in shared memory (warpgroup 0 finishes rows 0-31, 1 rows
 // 32-63; the sum p0 + p1 is the same bits whichever finishes) and added to the accumulator.
 // Every product is waited for at once; the dQ product is issued behind the dV / dK products.
-// MODE (24 and 0 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
+// MODE (56 and 256 ship, the others are timing studies in benchmarks/kernels/flash_hopper_variants.cu): bit 0 skips the
 // ordered reduction's wait (dQ's bits then vary), bit 1 leaves the dQ product and its adds out, bit 2
 // keeps the product but leaves the exchange and the adds out (dQ then wrong); bit 5 adds with
 // red.v4 after a lane swap instead of float2 atomics (the same bits, seen on an H100). Bit 3 defers a tile's
 // adds to the next tile, behind its score products (the sums kept in the dQ registers; with bit 4
 // as well, in shared memory, where the partial sums were exchanged: for D = 128, whose registers
 // are spent). (Bit 6, the staged sums added by the bulk copy engine a row at a time, gave the same
-// bits 22-26% slower at D = 64 on an H100 and was taken out: benchmarks/README.md.)
+// bits 22-26% slower at D = 64 on an H100 and was taken out: benchmarks/README.md.) Bit 8 (SPLIT,
+// shipped at D = 128) splits the dQ product by columns instead of keys: warpgroup w makes dQ's
+// columns w D / 2 .. (w + 1) D / 2 over all BN keys (dS read whole, K's columns from the B
+// descriptor's start), so neither the exchange nor the owners: every thread adds its own sums,
+// and a thread holds D / 4 dQ registers instead of D / 2. Its sums run over the keys in another
+// order (other bits than bit 8 off, still the same bits every run).
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -457,7 +462,12 @@ __device__ __forceinline__ void flash_bwd_h(
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
     i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first,
     Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
-    constexpr int BN = 128, NT = 256, PAIR = 2;
+    // SOLO (MODE bit 9, a study): one warpgroup of 64 keys a CTA (128 threads, two CTAs an SM), the
+    // whole dQ tile over its keys in its registers: no exchange, no barrier shared with another
+    // warpgroup (twice the adds of two warpgroups of 64 keys)
+    constexpr bool SOLO = (MODE & 512) != 0;
+    static_assert(!SOLO || (MODE & ~(512 | 32 | 8 | 1)) == 0, "SOLO goes with the v4 adds and the deferral in registers");
+    constexpr int BN = SOLO ? 64 : 128, NT = 2 * BN, PAIR = 2;
     constexpr int TK = BN * D * 2, TQ = BM * D * 2;   // bytes of a K / V tile, of a Q / dO tile
     static_assert(BM == 64, "the dQ product's rows are one wgmma's M");
     using L = Lay<D, 1>;
@@ -476,11 +486,12 @@ __device__ __forceinline__ void flash_bwd_h(
     static_assert(!SPLIT || (MODE & ~(256 | 32 | 8)) == 0, "SPLIT goes with the v4 adds and the deferral in registers");
     constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
     constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
+    constexpr bool NOX = SPLIT || SOLO;               // no exchange: every thread adds its own sums
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (PIPE ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
+    float* sL = sX + (PIPE ? 128 * D : NOX ? 0 : 64 * D);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -626,9 +637,9 @@ __device__ __forceinline__ void flash_bwd_h(
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
-        if constexpr (SPLIT) {   // every thread adds its own columns
+        if constexpr (NOX) {   // every thread adds its own sums
             if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            bar_sync(1, NT);
             add_rows(p_m0, p_hq, true, false);
             return;
         }
@@ -787,7 +798,7 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dv);
             fence_regs(dk);
         }
-        if constexpr (SPLIT) {   // no partial sums: this warpgroup's columns are complete
+        if constexpr (NOX) {   // no partial sums: this warpgroup's rows and columns are complete
             if constexpr (DEFER) {
                 if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
                 p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
@@ -862,8 +873,10 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 }
 
+// (SOLO, MODE bit 9: 128 threads, two CTAs an SM)
+#define BWD_LB(MODE) __launch_bounds__(((MODE) & 512) ? 128 : 256, ((MODE) & 512) ? 2 : 1)
 #define BWD_H(NAME, D, BM, MODE)                                                                   \
-    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
+    extern "C" __global__ void BWD_LB(MODE) NAME(                                                  \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
@@ -874,7 +887,7 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 // the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
 #define BWD_H_DROP(NAME, D, BM, MODE, HR)                                                          \
-    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
+    extern "C" __global__ void BWD_LB(MODE) NAME(                                                  \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
@@ -889,12 +902,14 @@ __device__ __forceinline__ void flash_bwd_h(
 // staged deferred adds (MODE 24) made as red.global.add.v4.f32 after a lane swap (MODE 32: half the
 // reductions, the same bytes): +4.3% / +3.8% / +2.6% at (16,12,1024,64) / (16,12,4096,64) /
 // (32,12,1024,64) over the staged adds alone, which had gained +4.5% / +0.4% over the immediate
-// adds (H100, benchmarks/README.md, "h_pipe run, h_v4 shipped"); at D = 128 the deferred forms
-// and the lane swap lost (h_v4 -28-31%).
+// adds (H100, benchmarks/README.md, "h_pipe run, h_v4 shipped"); the split dQ product lost there
+// (-1% to -6%). At D = 128 the deferred forms and the lane swap lost (h_v4 -28-31%) and the split
+// dQ product with immediate float2 adds (MODE 256) won: +6.9% / +6.0% over the immediate adds at
+// (16,12,1024,128) / (16,12,4096,128) (H100, thirtieth session; 250 registers against 255).
 BWD_H(flash_bwd_h64, 64, 64, 56)
-BWD_H(flash_bwd_h128, 128, 64, 0)
+BWD_H(flash_bwd_h128, 128, 64, 256)
 // with attention dropout: the same tiles (cuda_ops.FLASH_BWD_HOPPER's name + "_drop")
 BWD_H_DROP(flash_bwd_h64_drop, 64, 64, 56, 2)
-BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 0, 2)
+BWD_H_DROP(flash_bwd_h128_drop, 128, 64, 256, 2)
 
 #endif

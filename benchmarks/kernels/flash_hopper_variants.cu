@@ -66,15 +66,26 @@ BWD_H_DROP(flash_bwd_h64_m128_drop, 64, 64, 128, 2)
 // ordered reduction is kept). h_split (m256, float2 adds), h_split_v4 (m288, red.v4), h_split_dv4
 // (m296, the v4 adds deferred behind the next tile's score products, the sums in registers; at
 // D = 128 the deferral in registers spills and serializes the wgmma, C7518, so not built there).
+// H100, thirtieth session: at D = 64 all three lose to the shipped h_v4 (-1% to -6%; m296 -18%);
+// at D = 128 m256 won (+6-7% over the immediate adds) and ships as flash_bwd_h128; m288 there is
+// level with the immediate adds. The flash, dropout and ordering tests passed on m296 + m256 and
+// m288 + m288 (D = 64 + 128) as if shipped. h_immediate at 128 (m0) is the kernel shipped before.
 BWD_H(flash_bwd_h64_m256, 64, 64, 256)
 BWD_H(flash_bwd_h64_m288, 64, 64, 288)
 BWD_H(flash_bwd_h64_m296, 64, 64, 296)
-BWD_H(flash_bwd_h128_m256, 128, 64, 256)
 BWD_H(flash_bwd_h128_m288, 128, 64, 288)
+BWD_H(flash_bwd_h128_m0, 128, 64, 0)
 BWD_H_DROP(flash_bwd_h64_m288_drop, 64, 64, 288, 2)
 BWD_H_DROP(flash_bwd_h64_m296_drop, 64, 64, 296, 2)
-BWD_H_DROP(flash_bwd_h128_m256_drop, 128, 64, 256, 2)
 BWD_H_DROP(flash_bwd_h128_m288_drop, 128, 64, 288, 2)
+// one warpgroup of 64 keys a CTA (MODE bit 9, SOLO: 128 threads, two CTAs an SM, each warpgroup
+// on its own: no exchange, no barrier shared with another warpgroup; twice the dQ adds): h_solo
+// (m512, float2 adds), h_solo_v4 (m544), h_solo_dv4 (m552, the v4 adds deferred in registers)
+BWD_H(flash_bwd_h64_m512, 64, 64, 512)
+BWD_H(flash_bwd_h64_m544, 64, 64, 544)
+BWD_H(flash_bwd_h64_m552, 64, 64, 552)
+BWD_H_DROP(flash_bwd_h64_m544_drop, 64, 64, 544, 2)
+BWD_H_DROP(flash_bwd_h64_m552_drop, 64, 64, 552, 2)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).

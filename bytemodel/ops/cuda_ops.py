@@ -84,17 +84,17 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 # The Hopper backward (gpu/flash_hopper.cu): head dim -> (kernel, (BM queries a tile, BN keys a CTA,
-# query rows per dQ counter)), FLASH_BWD's meaning; 256 threads (two warpgroups of 64 keys). With
-# attention dropout the kernel of the same name + "_drop".
-FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128)), 128: ("flash_bwd_h128", (64, 128, 128))}
+# query rows per dQ counter, floats of the dQ exchange)), FLASH_BWD's meaning for the first three;
+# 256 threads (two warpgroups of 64 keys). With attention dropout the kernel of the same name +
+# "_drop". At D = 128 the dQ product is split by columns (MODE 256): no exchange.
+FLASH_BWD_HOPPER = {64: ("flash_bwd_h64", (64, 128, 128, 64 * 64)), 128: ("flash_bwd_h128", (64, 128, 128, 0))}
 
 
-def _hopper_bwd_smem(D: int, BM: int, BN: int, exchange: int | None = None) -> int:
+def _hopper_bwd_smem(D: int, BM: int, BN: int, exchange: int) -> int:
     """Shared memory of flash_bwd_h: K, V tiles, two stages of Q and dO, dS, the dQ exchange
-    (`exchange` floats: 64 D for the shipped kernels; the study variants of
-    benchmarks/kernels/flash_attn.py say their own), two stages of lse and delta, and the 1024
-    bytes that align the first tile."""
-    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + (64 * D if exchange is None else exchange) * 4 + 4 * BM * 4 + 1024
+    (`exchange` floats: FLASH_BWD_HOPPER's; the study variants of benchmarks/kernels/flash_attn.py
+    say their own), two stages of lse and delta, and the 1024 bytes that align the first tile."""
+    return (2 * BN * D + 4 * BM * D + BM * BN) * 2 + exchange * 4 + 4 * BM * 4 + 1024
 
 
 GRID_Y_MAX = 65535   # CUDA's limit on a grid's y dimension
@@ -659,7 +659,7 @@ class CudaBackend:
 
     def _hopper_bwd_kernel(self, D: int, drop: bool = False):
         """The wgmma backward for head dim D (drop: its twin with attention dropout) and its
-        (BM, BN, rows per dQ counter).
+        (BM, BN, rows per dQ counter, floats of its dQ exchange).
         (benchmarks/kernels/flash_attn.py overrides it to time FA2's in its place.)"""
         name, tiles = FLASH_BWD_HOPPER[D]
         name += "_drop" if drop else ""
@@ -724,8 +724,8 @@ class CudaBackend:
         if self.hopper and D in FLASH_BWD_HOPPER:
             hop = self._hopper_or_none(lambda: self._hopper_bwd_kernel(D, drop=dr is not None))
         if hop is not None:
-            fn, (BM, BN, RC, *exchange) = hop   # a study variant may name its exchange's floats
-            smem, threads = _hopper_bwd_smem(D, BM, BN, *exchange), 256
+            fn, (BM, BN, RC, exchange) = hop
+            smem, threads = _hopper_bwd_smem(D, BM, BN, exchange), 2 * BN   # a warpgroup per 64 keys
         else:
             fn, (BM, BN, RC) = self._flash_kernel("bwd", D, dr is not None)
             SD = D + 8
