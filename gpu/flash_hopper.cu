@@ -462,12 +462,7 @@ __device__ __forceinline__ void flash_bwd_h(
     i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,
     i64 dsb, i64 dsh, i64 dst, float scale, float scale_log2, int heavy_first,
     Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
-    // SOLO (MODE bit 9, a study): one warpgroup of 64 keys a CTA (128 threads, two CTAs an SM), the
-    // whole dQ tile over its keys in its registers: no exchange, no barrier shared with another
-    // warpgroup (twice the adds of two warpgroups of 64 keys)
-    constexpr bool SOLO = (MODE & 512) != 0;
-    static_assert(!SOLO || (MODE & ~(512 | 32 | 8 | 1)) == 0, "SOLO goes with the v4 adds and the deferral in registers");
-    constexpr int BN = SOLO ? 64 : 128, NT = 2 * BN, PAIR = 2;
+    constexpr int BN = 128, NT = 256, PAIR = 2;
     constexpr int TK = BN * D * 2, TQ = BM * D * 2;   // bytes of a K / V tile, of a Q / dO tile
     static_assert(BM == 64, "the dQ product's rows are one wgmma's M");
     using L = Lay<D, 1>;
@@ -486,12 +481,11 @@ __device__ __forceinline__ void flash_bwd_h(
     static_assert(!SPLIT || (MODE & ~(256 | 32 | 8)) == 0, "SPLIT goes with the v4 adds and the deferral in registers");
     constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
     constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
-    constexpr bool NOX = SPLIT || SOLO;               // no exchange: every thread adds its own sums
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (PIPE ? 128 * D : NOX ? 0 : 64 * D);   // [2][BM] lse * log2e
+    float* sL = sX + (PIPE ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -637,7 +631,7 @@ __device__ __forceinline__ void flash_bwd_h(
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
-        if constexpr (NOX) {   // every thread adds its own sums
+        if constexpr (SPLIT) {   // every thread adds its own columns
             if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
             bar_sync(1, NT);
             add_rows(p_m0, p_hq, true, false);
@@ -798,7 +792,7 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dv);
             fence_regs(dk);
         }
-        if constexpr (NOX) {   // no partial sums: this warpgroup's rows and columns are complete
+        if constexpr (SPLIT) {   // no partial sums: this warpgroup's columns are complete
             if constexpr (DEFER) {
                 if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
                 p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
@@ -873,10 +867,8 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 }
 
-// (SOLO, MODE bit 9: 128 threads, two CTAs an SM)
-#define BWD_LB(MODE) __launch_bounds__(((MODE) & 512) ? 128 : 256, ((MODE) & 512) ? 2 : 1)
 #define BWD_H(NAME, D, BM, MODE)                                                                   \
-    extern "C" __global__ void BWD_LB(MODE) NAME(                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \
@@ -887,7 +879,7 @@ __device__ __forceinline__ void flash_bwd_h(
     }
 // the same with attention dropout (common.cuh's Drop; cuda_ops launches it when drop= has p > 0)
 #define BWD_H_DROP(NAME, D, BM, MODE, HR)                                                          \
-    extern "C" __global__ void BWD_LB(MODE) NAME(                                                  \
+    extern "C" __global__ void __launch_bounds__(256, 1) NAME(                                     \
         const act_t* Q, const act_t* K, const act_t* V, const act_t* dO, const float* LSE,        \
         const float* Delta, float* dQacc, int* dQsem, act_t* dK, act_t* dV, int H, int KH, int T,  \
         int S, i64 qsb, i64 qsh, i64 qst, i64 ksb, i64 ksh, i64 kst, i64 vsb, i64 vsh, i64 vst,    \

@@ -77,9 +77,7 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_pipe", 128): ("flash_bwd_h128_m128", True),
                        ("h_split", 64): ("flash_bwd_h64_m256", True), ("h_split_v4", 64): ("flash_bwd_h64_m288", True),
                        ("h_split_dv4", 64): ("flash_bwd_h64_m296", True), ("h_immediate", 128): ("flash_bwd_h128_m0", True),
-                       ("h_split_v4", 128): ("flash_bwd_h128_m288", True),
-                       ("h_solo", 64): ("flash_bwd_h64_m512", True), ("h_solo_v4", 64): ("flash_bwd_h64_m544", True),
-                       ("h_solo_dv4", 64): ("flash_bwd_h64_m552", True)}
+                       ("h_split_v4", 128): ("flash_bwd_h128_m288", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
 SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
@@ -101,9 +99,8 @@ def hopper_bwd_variant(precision, name, D, drop=False):
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
-    exchange = 128 * D if mode & 128 else 0 if mode & (256 | 512) else 64 * D
-    BM, BN, RC = cuda_ops.FLASH_BWD_HOPPER[D][1][:3]
-    return mod.get_function(name + ("_drop" if drop else "")), (BM, 64 if mode & 512 else BN, RC, exchange)
+    exchange = 128 * D if mode & 128 else 0 if mode & 256 else 64 * D
+    return mod.get_function(name + ("_drop" if drop else "")), cuda_ops.FLASH_BWD_HOPPER[D][1][:3] + (exchange,)
 
 
 def hopper_bwd_has_drop(name) -> bool:

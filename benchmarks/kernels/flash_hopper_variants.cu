@@ -78,14 +78,10 @@ BWD_H(flash_bwd_h128_m0, 128, 64, 0)
 BWD_H_DROP(flash_bwd_h64_m288_drop, 64, 64, 288, 2)
 BWD_H_DROP(flash_bwd_h64_m296_drop, 64, 64, 296, 2)
 BWD_H_DROP(flash_bwd_h128_m288_drop, 128, 64, 288, 2)
-// one warpgroup of 64 keys a CTA (MODE bit 9, SOLO: 128 threads, two CTAs an SM, each warpgroup
-// on its own: no exchange, no barrier shared with another warpgroup; twice the dQ adds): h_solo
-// (m512, float2 adds), h_solo_v4 (m544), h_solo_dv4 (m552, the v4 adds deferred in registers)
-BWD_H(flash_bwd_h64_m512, 64, 64, 512)
-BWD_H(flash_bwd_h64_m544, 64, 64, 544)
-BWD_H(flash_bwd_h64_m552, 64, 64, 552)
-BWD_H_DROP(flash_bwd_h64_m544_drop, 64, 64, 544, 2)
-BWD_H_DROP(flash_bwd_h64_m552_drop, 64, 64, 552, 2)
+// (h_solo, MODE bit 9: one warpgroup of 64 keys a CTA, 128 threads, two CTAs an SM, no exchange
+// and no barrier shared with another warpgroup, twice the dQ adds: correct, the tests passed on it
+// as if shipped, but 25-40% slower at D = 64 on an H100 (thirtieth session); taken out of
+// flash_bwd_h, the figures are from the kernel as it was at da8bf1d)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
