@@ -22,6 +22,8 @@
 #                                                # h_split*, the dQ product split by columns) timed beside
 #                                                # the shipped backward and SDPA at D = 64 and 128, then the flash tests on
 #                                                # each of VARIANTS as if shipped (comma: one kernel a head dim)
+#     bash benchmarks/device_check.sh graph      # issue 28: small and base training with the step captured as one CUDA graph
+#                                                # (gpu_train.py --graph: the launches it saves) beside the launched step and torch.compile
 #     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
 #                                                # and the forward at NCU_SHAPE (32,12,1024,64); flash_attn.py --profile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
@@ -170,6 +172,13 @@ if [ "$only" = split ]; then   # issue 28: the backward's studies (MODE bits 8, 
             > "$OUT/split_tests_${V//,/+}.log" 2>&1
         echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/split_tests_${V//,/+}.log" | head -5; tail -1 "$OUT/split_tests_${V//,/+}.log"
     done
+    exit 0
+fi
+if [ "$only" = graph ]; then   # issue 28: the whole training step as one CUDA graph (gpu_train.py --graph) against the launched step
+    step "training, the launched step and the captured one, against torch.compile"
+    timeout ${TRAIN_S:-400} python3 benchmarks/gpu_train.py --presets small base --bf16 base --steps 10 --graph \
+        --json "$OUT/gpu_train_graph.json" > "$OUT/gpu_train_graph.log" 2>&1
+    echo "rc=$?"; grep -E "tok/s|peak|failed|rror" "$OUT/gpu_train_graph.log"
     exit 0
 fi
 if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versions and the forward, one kernel each
@@ -331,8 +340,8 @@ if [ "$only" = little ] || [ "$only" = photos ]; then
 fi
 
 step "GPU tests"
-XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 8"
-timeout 240 python3 -m pytest -q -p no:cacheprovider $XD --timeout 200 -m gpu tests -rfE > "$OUT/suite.log" 2>&1
+XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n 12"
+timeout 330 python3 -m pytest -q -p no:cacheprovider $XD --timeout 200 -m gpu tests -rfE > "$OUT/suite.log" 2>&1
 echo "suite rc=$?"; grep -E "passed|failed" "$OUT/suite.log" | tail -1; grep -E "^(FAILED|ERROR)" "$OUT/suite.log" | head -20
 [ "$only" = suite ] && exit 0
 

@@ -111,6 +111,42 @@ class _RawBlas:
             raise RuntimeError(f"cublasGemmEx failed (status {st})")
 
 
+class StreamBlas:
+    """A cuBLAS handle of its own, bound to `stream` once, and the context (use()) in which the
+    backend's products go through it straight to libcublas (_RawBlas): CuPy's wrappers set the
+    handle's stream on every call and refuse to while the stream captures a CUDA graph. BlasStep's
+    products; benchmarks/gpu_train.py --graph's captured training step."""
+
+    def __init__(self, stream):
+        self._handle = _cublas.create()
+        _cublas.setStream(self._handle, stream.ptr)
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None:
+            self._handle = None
+            try:
+                _cublas.destroy(h)
+            except Exception:   # pragma: no cover  (interpreter shutdown)
+                pass
+
+    def use(self):
+        import contextlib
+        from . import cuda_ops
+        dev, handle = cp.cuda.device, self._handle
+
+        @contextlib.contextmanager
+        def swap():
+            orig_handle, orig_blas = dev.get_cublas_handle, cuda_ops._cublas
+            dev.get_cublas_handle = lambda: handle
+            cuda_ops._cublas = _RawBlas.get()
+            try:
+                yield
+            finally:
+                dev.get_cublas_handle, cuda_ops._cublas = orig_handle, orig_blas
+        return swap()
+
+
 def _blocks_of(n: int) -> int:
     return max(1, min(1024, (n + _THREADS - 1) // _THREADS))
 
@@ -221,36 +257,11 @@ class BlasStep:
         self.unused = cp.zeros((1,), dtype=cp.float32)    # the split buffers a one-split attention never touches
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
-        self._handle = _cublas.create()
-        _cublas.setStream(self._handle, stream.ptr)
-
-    def __del__(self):
-        h = getattr(self, "_handle", None)
-        if h is not None:
-            self._handle = None
-            try:
-                _cublas.destroy(h)
-            except Exception:   # pragma: no cover  (interpreter shutdown)
-                pass
+        self.blas = StreamBlas(stream)
 
     def own_handle(self):
-        """A context in which the backend's products use this step's cuBLAS handle, called
-        straight through libcublas (_RawBlas): CuPy's wrappers set the handle's stream on every
-        call and refuse to while the stream captures."""
-        import contextlib
-        from . import cuda_ops
-        dev, handle = cp.cuda.device, self._handle
-
-        @contextlib.contextmanager
-        def swap():
-            orig_handle, orig_blas = dev.get_cublas_handle, cuda_ops._cublas
-            dev.get_cublas_handle = lambda: handle
-            cuda_ops._cublas = _RawBlas.get()
-            try:
-                yield
-            finally:
-                dev.get_cublas_handle, cuda_ops._cublas = orig_handle, orig_blas
-        return swap()
+        """A context in which the backend's products use this step's cuBLAS handle (StreamBlas)."""
+        return self.blas.use()
 
     def forward(self, ids, cache, cos_t, sin_t, rope_at, slot_at, keys_at):
         """ids (B, 1) int on the device -> logits (B, V) in the activation dtype (a new buffer).
