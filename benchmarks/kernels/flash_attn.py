@@ -76,7 +76,7 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_pipe", 64): ("flash_bwd_h64_m128", True), ("h_pipe_v4", 64): ("flash_bwd_h64_m160", True),
                        ("h_pipe", 128): ("flash_bwd_h128_m128", True),
                        ("h_split", 64): ("flash_bwd_h64_m256", True), ("h_split_v4", 64): ("flash_bwd_h64_m288", True),
-                       ("h_split_dv4", 64): ("flash_bwd_h64_m296", True), ("h_immediate", 128): ("flash_bwd_h128_m0", True),
+                       ("h_immediate", 128): ("flash_bwd_h128_m0", True),
                        ("h_split_v4", 128): ("flash_bwd_h128_m288", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
 SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged"}

@@ -63,21 +63,17 @@ BWD_H_DROP(flash_bwd_h64_m128_drop, 64, 64, 128, 2)
 // all 128 keys of the block (at D = 64 an m64n32k16 chain whose B starts 64 bytes into K's swizzle
 // atom), so no exchange of partial sums and every thread adds its own columns (D / 4 accumulator
 // registers against D / 2); its own summation order, so its own bytes (still repeatable: the
-// ordered reduction is kept). h_split (m256, float2 adds), h_split_v4 (m288, red.v4), h_split_dv4
-// (m296, the v4 adds deferred behind the next tile's score products, the sums in registers; at
-// D = 128 the deferral in registers spills and serializes the wgmma, C7518, so not built there).
-// H100, thirtieth session: at D = 64 all three lose to the shipped h_v4 (-1% to -6%; m296 -18%);
-// at D = 128 m256 won (+6-7% over the immediate adds) and ships as flash_bwd_h128; m288 there is
-// level with the immediate adds. The flash, dropout and ordering tests passed on m296 + m256 and
-// m288 + m288 (D = 64 + 128) as if shipped. h_immediate at 128 (m0) is the kernel shipped before.
+// ordered reduction is kept). h_split (m256, float2 adds), h_split_v4 (m288, red.v4). H100,
+// thirtieth session: at D = 64 both lose to the shipped h_v4 (-1% to -6%; m296, the v4 adds
+// deferred behind the next tile's score products in registers, -18%, since taken out; at D = 128
+// that deferral spilled and serialized the wgmma, C7518); at D = 128 m256 won (+6-7% over the
+// immediate adds) and ships as flash_bwd_h128, m288 there is level with the immediate adds. The
+// flash, dropout and ordering tests passed on m296 + m256 and m288 + m288 (D = 64 + 128, with
+// their dropout twins) as if shipped. h_immediate at 128 (m0) is the kernel shipped before.
 BWD_H(flash_bwd_h64_m256, 64, 64, 256)
 BWD_H(flash_bwd_h64_m288, 64, 64, 288)
-BWD_H(flash_bwd_h64_m296, 64, 64, 296)
 BWD_H(flash_bwd_h128_m288, 128, 64, 288)
 BWD_H(flash_bwd_h128_m0, 128, 64, 0)
-BWD_H_DROP(flash_bwd_h64_m288_drop, 64, 64, 288, 2)
-BWD_H_DROP(flash_bwd_h64_m296_drop, 64, 64, 296, 2)
-BWD_H_DROP(flash_bwd_h128_m288_drop, 128, 64, 288, 2)
 // (h_solo, MODE bit 9: one warpgroup of 64 keys a CTA, 128 threads, two CTAs an SM, no exchange
 // and no barrier shared with another warpgroup, twice the dQ adds: correct, the tests passed on it
 // as if shipped, but 25-40% slower at D = 64 on an H100 (thirtieth session); taken out of
