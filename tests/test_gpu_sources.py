@@ -81,3 +81,25 @@ def test_every_launched_kernel_exists():
     assert len(names) > 15 and not (names - kernels), sorted(names - kernels)
     for p in patterns:   # f"flash_{kind}_d{D}", f"rmsnorm_bwd_r{...}"
         assert any(re.fullmatch(p, k) for k in kernels), p
+
+
+def test_hopper_backward_shared_memory_matches_its_mode():
+    """cuda_ops sizes the Hopper backward's shared memory from FLASH_BWD_HOPPER's exchange floats;
+    the kernel places lse and delta after an exchange its MODE decides (flash_bwd_h's sX: 128 D with
+    PIPE, none with SPLIT, else 64 D). A kernel shipped with another MODE than the table assumes
+    would read and write past its allocation, so the table is held to the source here (the
+    dropout twin too, which must share the plain kernel's MODE). The table is read from
+    cuda_ops.py's source (importing it needs CuPy)."""
+    tree = ast.parse((OPS_DIR / "cuda_ops.py").read_text())
+    node = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "FLASH_BWD_HOPPER" for t in n.targets))
+    FLASH_BWD_HOPPER = eval(compile(ast.Expression(node), "cuda_ops.py", "eval"), {})   # literals and products
+    src = (gpu_dir() / "flash_hopper.cu").read_text()
+    for D, (name, tiles) in FLASH_BWD_HOPPER.items():
+        m = re.search(rf"^BWD_H\({name}, (\d+), (\d+), (\d+)\)", src, re.M)
+        md = re.search(rf"^BWD_H_DROP\({name}_drop, (\d+), (\d+), (\d+), \d+\)", src, re.M)
+        assert m and md, name
+        d, bm, mode = (int(x) for x in m.groups())
+        assert (d, bm) == (D, tiles[0]) and tuple(int(x) for x in md.groups()) == (d, bm, mode), name
+        exchange = 128 * D if mode & 128 else 0 if mode & 256 else 64 * D
+        assert tiles[3] == exchange, (name, mode, tiles)
