@@ -452,7 +452,8 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // columns w D / 2 .. (w + 1) D / 2 over all BN keys (dS read whole, K's columns from the B
 // descriptor's start), so neither the exchange nor the owners: every thread adds its own sums,
 // and a thread holds D / 4 dQ registers instead of D / 2. Its sums run over the keys in another
-// order (other bits than bit 8 off, still the same bits every run).
+// order: its own bits, the same every run. (Its adds deferred in registers, bit 3, lost 18% at
+// D = 64 and spilled at 128: taken out.)
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -478,7 +479,7 @@ __device__ __forceinline__ void flash_bwd_h(
     static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
     // SPLIT: each warpgroup makes D / 2 columns of dQ over all BN keys (no exchange, every thread adds)
     constexpr bool SPLIT = (MODE & 256) != 0;
-    static_assert(!SPLIT || (MODE & ~(256 | 32 | 8)) == 0, "SPLIT goes with the v4 adds and the deferral in registers");
+    static_assert(!SPLIT || (MODE & ~(256 | 32)) == 0, "SPLIT goes alone (or with the v4 adds)");
     constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
     constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
@@ -631,12 +632,6 @@ __device__ __forceinline__ void flash_bwd_h(
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
     auto add_prev = [&]() {
-        if constexpr (SPLIT) {   // every thread adds its own columns
-            if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-            bar_sync(1, NT);
-            add_rows(p_m0, p_hq, true, false);
-            return;
-        }
         if (!owner) return;
         if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
@@ -793,11 +788,6 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
         }
         if constexpr (SPLIT) {   // no partial sums: this warpgroup's columns are complete
-            if constexpr (DEFER) {
-                if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
-                p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
-                continue;
-            }
             if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);
             __syncthreads();
             add_rows(m0, hq, true, false);
