@@ -453,7 +453,8 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // descriptor's start), so neither the exchange nor the owners: every thread adds its own sums,
 // and a thread holds D / 4 dQ registers instead of D / 2. Its sums run over the keys in another
 // order: its own bits, the same every run. (Its adds deferred in registers, bit 3, lost 18% at
-// D = 64 and spilled at 128: taken out.)
+// D = 64 and spilled at 128: taken out.) Bit 9 (LDS, a study with the staged adds) swaps the
+// block barrier before the dQ product for one of the warpgroup's own 128 threads.
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -482,11 +483,17 @@ __device__ __forceinline__ void flash_bwd_h(
     static_assert(!SPLIT || (MODE & ~(256 | 32)) == 0, "SPLIT goes alone (or with the v4 adds)");
     constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
     constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
+    // LDS (MODE bit 9, a study with the staged adds): each warpgroup waits for its own dS only
+    // (a barrier of its 128 threads instead of the block's), the exchange double buffered by tile
+    // parity so the partner's next write cannot meet the owners' deferred reads, and the previous
+    // tile's release moved behind the exchange's block barrier
+    constexpr bool LDS = (MODE & 512) != 0;
+    static_assert(!LDS || ((MODE & ~(512 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (PIPE ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
+    float* sL = sX + (PIPE || LDS ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
     float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
@@ -559,8 +566,10 @@ __device__ __forceinline__ void flash_bwd_h(
     // an owner's rows of query tile m0_ (head hq_) added to the accumulator; register j's sum is
     // dq[j] + x[j * 64] (the partner's half from the exchange), dq[j] alone (from_x false) or x
     // alone (from_dq false). Not a generic lambda: NVRTC takes one (a template) for host code
+    float* xb = x;   // the exchange buffer in use (LDS: by tile parity)
+    int p_par = 0;   // LDS: the deferred tile's parity
     auto val = [&](int j, bool from_dq, bool from_x) {
-        return from_dq && from_x ? dq[j] + x[j * 64] : (from_dq ? dq[j] : x[j * 64]);
+        return from_dq && from_x ? dq[j] + xb[j * 64] : (from_dq ? dq[j] : xb[j * 64]);
     };
     // Each lane adds its two columns of both rows, float2 atomics. MODE bit 5 (shipped at D = 64,
     // +2.6-4.3% on an H100): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
@@ -635,6 +644,7 @@ __device__ __forceinline__ void flash_bwd_h(
         if (!owner) return;
         if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        if constexpr (LDS) xb = x + p_par * 64 * D;
         add_rows(p_m0, p_hq, !STAGED, STAGED);
     };
     for (int it = 0; it < iters; it++) {
@@ -753,7 +763,8 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
             continue;
         }
-        __syncthreads();   // both warpgroups' dS in shared memory
+        if constexpr (LDS) bar_sync(2 + wg, 128);   // this warpgroup's dS in shared memory
+        else __syncthreads();   // both warpgroups' dS in shared memory
         // dQ_w = dS[:, keys of w] K_w (16 keys a product); SPLIT: dQ[:, c0 ..] = dS K[:, c0 ..] over
         // all BN keys, B = K's columns c0 .. c0 + D / 2 (at D = 64 the second half of the 128-byte
         // swizzle atom's rows: a start 64 bytes in, the swizzle being of the address bits)
@@ -780,7 +791,7 @@ __device__ __forceinline__ void flash_bwd_h(
                 q_m0 = m0, q_hq = hq, q_want = want, q_first = seg_first, q_last = seg_last, q_sem = sem;
                 continue;
             }
-            if (DEFER && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+            if (DEFER && !LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
                 red_release(p_sem, 1);   // the owners' adds of the last tile: all before the dS barrier
             wgmma_wait<0>();
             fence_regs(dq);
@@ -795,22 +806,26 @@ __device__ __forceinline__ void flash_bwd_h(
             continue;
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
+        if constexpr (LDS) xb = x + (it & 1) * 64 * D;
         if (!owner) {
 #pragma unroll
-            for (int j = 0; j < NQ; j++) x[j * 64] = dq[j];
+            for (int j = 0; j < NQ; j++) xb[j * 64] = dq[j];
         }
         if constexpr ((MODE & 4) != 0) continue;
         if constexpr (DEFER) {
             if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
             __syncthreads();
+            if (LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+                red_release(p_sem, 1);   // the owners' adds of the last tile: all before this barrier
             if (owner) {
 #pragma unroll
                 for (int j = 0; j < NQ; j++) {
-                    if (STAGED) x[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
-                    else dq[j] += x[j * 64];
+                    if (STAGED) xb[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
+                    else dq[j] += xb[j * 64];
                 }
             }
             p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
+            p_par = it & 1;
             continue;
         }
         if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);   // a segment's first tile

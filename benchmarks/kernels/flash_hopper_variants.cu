@@ -78,6 +78,11 @@ BWD_H(flash_bwd_h128_m0, 128, 64, 0)
 // and no barrier shared with another warpgroup, twice the dQ adds: correct, the tests passed on it
 // as if shipped, but 25-40% slower at D = 64 on an H100 (thirtieth session); taken out of
 // flash_bwd_h, the figures are from the kernel as it was at da8bf1d)
+// h_v4 with each warpgroup waiting for its own dS only (MODE bit 9, LDS: a barrier of 128 threads
+// instead of the block's before the dQ product, the exchange double buffered by tile parity, 16 KB
+// more shared memory): h_v4_lds (m568), the shipped bytes; written in the thirtieth session after
+// the device time was spent, not run
+BWD_H(flash_bwd_h64_m568, 64, 64, 568)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
