@@ -454,7 +454,8 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // and a thread holds D / 4 dQ registers instead of D / 2. Its sums run over the keys in another
 // order: its own bits, the same every run. (Its adds deferred in registers, bit 3, lost 18% at
 // D = 64 and spilled at 128: taken out.) Bit 9 (LDS, a study with the staged adds) swaps the
-// block barrier before the dQ product for one of the warpgroup's own 128 threads.
+// block barrier before the dQ product for one of the warpgroup's own 128 threads; bit 10 (PAIRX,
+// on LDS) the exchange's block barrier for named barriers between senders and owners.
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -488,7 +489,13 @@ __device__ __forceinline__ void flash_bwd_h(
     // parity so the partner's next write cannot meet the owners' deferred reads, and the previous
     // tile's release moved behind the exchange's block barrier
     constexpr bool LDS = (MODE & 512) != 0;
-    static_assert(!LDS || ((MODE & ~(512 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
+    static_assert(!LDS || ((MODE & ~(512 | 1024 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
+    // PAIRX (MODE bit 10, on LDS): no block barrier but the stage's: the exchange handed over by
+    // named barriers between the senders and their owners (4 + the owners' warpgroup), each owner
+    // group waiting for its turn by itself (its first thread polls, barrier 6 + warpgroup), the
+    // deferred release at the next tile's block barrier
+    constexpr bool PAIRX = (MODE & 1024) != 0;
+    static_assert(!PAIRX || LDS, "PAIRX goes on LDS");
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
@@ -550,6 +557,12 @@ __device__ __forceinline__ void flash_bwd_h(
     // the exchange: a thread of the other warpgroup's half writes here what this one adds
     float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
     const bool owner = half == wg;             // (warps 0, 1 of warpgroup 0; 2, 3 of warpgroup 1)
+    // the thread that reads and waits on the counters (PAIRX: one per owner group, threads 0 and 192)
+    const bool poller_x = owner && warp % 2 == 0 && lane == 0;
+    auto poller = [&]() -> bool {
+        if constexpr (PAIRX) return poller_x;
+        else return threadIdx.x == 0;
+    };
     int p_m0 = -1, p_hq = 0, p_want = 0;       // DEFER: the tile whose adds are still to come
     bool p_first = false, p_last = false;
     int* p_sem = nullptr;
@@ -642,8 +655,9 @@ __device__ __forceinline__ void flash_bwd_h(
     // passes it on
     auto add_prev = [&]() {
         if (!owner) return;
-        if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        if (poller() && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
+        if constexpr (PAIRX) bar_sync(6 + wg, 64);   // this owner group
+        else asm volatile("bar.sync 1, 128;\n" ::: "memory");
         if constexpr (LDS) xb = x + p_par * 64 * D;
         add_rows(p_m0, p_hq, !STAGED, STAGED);
     };
@@ -813,10 +827,17 @@ __device__ __forceinline__ void flash_bwd_h(
         }
         if constexpr ((MODE & 4) != 0) continue;
         if constexpr (DEFER) {
-            if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
-            __syncthreads();
-            if (LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
-                red_release(p_sem, 1);   // the owners' adds of the last tile: all before this barrier
+            if (poller() && seg_first) seen = ld_relaxed(sem);   // waited on next tile
+            if constexpr (PAIRX) {   // the senders' partial sums in, for these owners only
+                if (owner) bar_sync(4 + wg, 128);
+                else bar_arrive(4 + (1 - wg), 128);
+                if (threadIdx.x == 0 && p_m0 >= 0 && p_last)
+                    pending = p_sem;   // every owner's adds of the last tile: released past the next block barrier
+            } else {
+                __syncthreads();
+                if (LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+                    red_release(p_sem, 1);   // the owners' adds of the last tile: all before this barrier
+            }
             if (owner) {
 #pragma unroll
                 for (int j = 0; j < NQ; j++) {
@@ -848,6 +869,13 @@ __device__ __forceinline__ void flash_bwd_h(
         }
         store_dq();
         if (q_m0 >= 0) finish_dq();
+    }
+    if constexpr (PAIRX) {   // the tile before the last may have ended a segment: released first
+        __syncthreads();
+        if (threadIdx.x == 0 && pending != nullptr) {
+            red_release(pending, 1);
+            pending = nullptr;
+        }
     }
     if constexpr (DEFER) {
         if (p_m0 >= 0) {

@@ -78,9 +78,9 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_split", 64): ("flash_bwd_h64_m256", True), ("h_split_v4", 64): ("flash_bwd_h64_m288", True),
                        ("h_immediate", 128): ("flash_bwd_h128_m0", True),
                        ("h_split_v4", 128): ("flash_bwd_h128_m288", True),
-                       ("h_v4_lds", 64): ("flash_bwd_h64_m568", True)}
+                       ("h_v4_lds", 64): ("flash_bwd_h64_m568", True), ("h_v4_pair", 64): ("flash_bwd_h64_m1592", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
-SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged", "h_v4_lds"}
+SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged", "h_v4_lds", "h_v4_pair"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 

@@ -83,6 +83,10 @@ BWD_H(flash_bwd_h128_m0, 128, 64, 0)
 // more shared memory): h_v4_lds (m568), the shipped bytes; written in the thirtieth session after
 // the device time was spent, not run
 BWD_H(flash_bwd_h64_m568, 64, 64, 568)
+// and with no block barrier but the stage's (MODE bit 10, PAIRX): the exchange handed over by named
+// barriers between each warpgroup's senders and the other's owners, each owner group taking its
+// turn by itself; h_v4_pair (m1592), the shipped bytes; not run
+BWD_H(flash_bwd_h64_m1592, 64, 64, 1592)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
