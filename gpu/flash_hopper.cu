@@ -124,6 +124,18 @@ template <int D> struct Lay<D, 1> {
             cp_async16(dst, g + (ok ? (i64)(r0 + r) * rs + c * 8 : 0), ok);
         }
     }
+    // the same by threads tid = 0 .. NT - 1 of a group (a warpgroup loading alone)
+    template <int R, int NT>
+    __device__ static void load_by(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows, int tid) {
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int i = tid; i < R * CPR; i += NT) {
+            int r = i / CPR, c = i % CPR;
+            bool ok = r0 + r < nrows;
+            unsigned char* dst = s + (c / 8) * R * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+            cp_async16(dst, g + (ok ? (i64)(r0 + r) * rs + c * 8 : 0), ok);
+        }
+    }
     __device__ static u64 sw(u64 d) { return d | (1ull << 62); }
     __device__ static u64 qk(const unsigned char* p, int) { return sw(gmma_desc(p, 16, 1024)); }
     __device__ static u32 qk_step(int kk, int R) { return (kk / 4) * R * 128 + (kk % 4) * 32; }
@@ -455,7 +467,8 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // order: its own bits, the same every run. (Its adds deferred in registers, bit 3, lost 18% at
 // D = 64 and spilled at 128: taken out.) Bit 9 (LDS, a study with the staged adds) swaps the
 // block barrier before the dQ product for one of the warpgroup's own 128 threads; bit 10 (PAIRX,
-// on LDS) the exchange's block barrier for named barriers between senders and owners.
+// on LDS) the exchange's block barrier for named barriers between senders and owners; bit 11
+// (DEC, on PAIRX) decouples the warpgroups altogether (their own stage copies and turns).
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -471,11 +484,18 @@ __device__ __forceinline__ void flash_bwd_h(
     using L = Lay<D, 1>;
     using LS = Lay<BN, 1>;                            // dS: BM rows of BN keys
     extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than used
+    // DEC (MODE bit 11, a study on PAIRX, D = 64): the warpgroups decoupled: each loads its own K
+    // and V rows and its own copy of every Q / dO / lse / delta stage (waited for by a barrier of
+    // its own), the exchange handed over both ways by named barriers by tile parity, and each
+    // owner group taking its turn and advancing the counter by itself (twice a block a segment),
+    // so no barrier a tile is shared by the whole block
+    constexpr bool DEC = (MODE & 2048) != 0;
+    constexpr int QS = DEC ? 4 : 2;                   // Q / dO stage buffers (DEC: two a warpgroup)
     unsigned char* sK = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BN][D]
     unsigned char* sV = sK + TK;                      // [BN][D]
     unsigned char* sQ = sV + TK;                      // [2][BM][D]
-    unsigned char* sdO = sQ + 2 * TQ;                 // [2][BM][D]
-    unsigned char* sdS = sdO + 2 * TQ;                // [BM][BN]
+    unsigned char* sdO = sQ + QS * TQ;                // [2][BM][D]
+    unsigned char* sdS = sdO + QS * TQ;               // [BM][BN]
     constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0;
     constexpr bool PIPE = (MODE & 128) != 0;
     static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
@@ -489,19 +509,20 @@ __device__ __forceinline__ void flash_bwd_h(
     // parity so the partner's next write cannot meet the owners' deferred reads, and the previous
     // tile's release moved behind the exchange's block barrier
     constexpr bool LDS = (MODE & 512) != 0;
-    static_assert(!LDS || ((MODE & ~(512 | 1024 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
+    static_assert(!LDS || ((MODE & ~(512 | 1024 | 2048 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
     // PAIRX (MODE bit 10, on LDS): no block barrier but the stage's: the exchange handed over by
     // named barriers between the senders and their owners (4 + the owners' warpgroup), each owner
     // group waiting for its turn by itself (its first thread polls, barrier 6 + warpgroup), the
     // deferred release at the next tile's block barrier
     constexpr bool PAIRX = (MODE & 1024) != 0;
     static_assert(!PAIRX || LDS, "PAIRX goes on LDS");
+    static_assert(!DEC || (PAIRX && D == 64), "DEC goes on PAIRX, at D = 64");
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
     float* sL = sX + (PIPE || LDS ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
-    float* sDl = sL + 2 * BM;                         // [2][BM] delta
+    float* sDl = sL + QS * BM;                        // [2][BM] delta
 
     const int nkb = gridDim.x;
     const int bk = blockIdx.y, nb = heavy_first ? blockIdx.x : nkb - 1 - blockIdx.x;
@@ -522,6 +543,23 @@ __device__ __forceinline__ void flash_bwd_h(
 
     auto load_stage = [&](int it, int st) {
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
+        if constexpr (DEC) {   // this warpgroup's own copy
+            const int tid = threadIdx.x % 128, sb = (threadIdx.x / 128) * 2 + st;
+            L::template load_by<BM, 128>(sQ + sb * TQ, Q + b * qsb + hq * qsh, qst, m0, T, tid);
+            L::template load_by<BM, 128>(sdO + sb * TQ, dO + b * dsb + hq * dsh, dst, m0, T, tid);
+            for (int i = tid; i < BM; i += 128) {
+                int r = m0 + i;
+                i64 idx = ((i64)b * H + hq) * T + r;
+                if (r < T) {
+                    cp_async4(sL + sb * BM + i, LSE + idx);
+                    cp_async4(sDl + sb * BM + i, Delta + idx);
+                } else {
+                    sL[sb * BM + i] = INFINITY;
+                    sDl[sb * BM + i] = 0.f;
+                }
+            }
+            return;
+        }
         L::template load<BM, NT>(sQ + st * TQ, Q + b * qsb + hq * qsh, qst, m0, T);
         L::template load<BM, NT>(sdO + st * TQ, dO + b * dsb + hq * dsh, dst, m0, T);
         for (int i = threadIdx.x; i < BM; i += NT) {   // lse (natural log; a row past T: +inf, P = 0)
@@ -537,8 +575,14 @@ __device__ __forceinline__ void flash_bwd_h(
         }
     };
 
-    L::template load<BN, NT>(sK, k, kst, n0, S);
-    L::template load<BN, NT>(sV, v, vst, n0, S);
+    if constexpr (DEC) {   // this warpgroup's 64 keys (one swizzle atom at D = 64: rows 64 wg ..)
+        const int w = threadIdx.x / 128;
+        L::template load_by<64, 128>(sK + w * 64 * 128, k, kst, n0 + 64 * w, S, threadIdx.x % 128);
+        L::template load_by<64, 128>(sV + w * 64 * 128, v, vst, n0 + 64 * w, S, threadIdx.x % 128);
+    } else {
+        L::template load<BN, NT>(sK, k, kst, n0, S);
+        L::template load<BN, NT>(sV, v, vst, n0, S);
+    }
     load_stage(0, 0);
     cp_commit();
 
@@ -569,8 +613,10 @@ __device__ __forceinline__ void flash_bwd_h(
     int seen = 0;
     // thread 0: wait until the counter says the key blocks before this one have added (a relaxed
     // poll, then the fence: the acquire of their release)
+    // (DEC: at least: the other owner group of this block may have advanced it already, which it
+    // does only after the later blocks all had)
     auto wait_turn = [&](int want_, int* sem_) {
-        while (seen != want_) {
+        while (DEC ? seen < want_ : seen != want_) {
             __nanosleep(32);
             seen = ld_relaxed(sem_);
         }
@@ -653,8 +699,24 @@ __device__ __forceinline__ void flash_bwd_h(
     };
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
-    auto add_prev = [&]() {
+    int* pend = nullptr;   // DEC (an owner group's poller): its counter still to advance
+    // (more, DEC: a sender will write this buffer again, two tiles on: tell it the reads are done)
+    auto add_prev = [&](bool more) {
         if (!owner) return;
+        if constexpr (DEC) {   // the group's adds so far issued, then its own release and turn
+            bar_sync(12 + wg, 64);
+            if (poller_x && pend != nullptr) {
+                red_release(pend, 1);
+                pend = nullptr;
+            }
+            if (poller_x && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
+            bar_sync(12 + wg, 64);
+            xb = x + p_par * 64 * D;
+            add_rows(p_m0, p_hq, !STAGED, STAGED);
+            if (p_last) pend = p_sem;
+            if (more) bar_arrive(8 + 2 * wg + p_par, 128);
+            return;
+        }
         if (poller() && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
         if constexpr (PAIRX) bar_sync(6 + wg, 64);   // this owner group
         else asm volatile("bar.sync 1, 128;\n" ::: "memory");
@@ -666,7 +728,8 @@ __device__ __forceinline__ void flash_bwd_h(
         const int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
         cp_wait<0>();          // this tile's Q, dO, lse, delta
         fence_proxy_async();   // the cp.async writes, read next by the tensor cores
-        __syncthreads();       // ... and every thread's adds of the last tile issued
+        if constexpr (DEC) bar_sync(2 + wg, 128);   // (DEC: this warpgroup's own copy)
+        else __syncthreads();  // ... and every thread's adds of the last tile issued
         if (pending != nullptr) {   // (thread 0) their release, off the adds' path
             red_release(pending, 1);
             pending = nullptr;
@@ -681,12 +744,14 @@ __device__ __forceinline__ void flash_bwd_h(
         int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
         const bool seg_first = ti % PAIR == 0 || it % nmt == 0;
         if (!DEFER && !PIPE && threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) seen = ld_relaxed(sem);
-        const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
+        // (DEC: each owner group advances the counter by itself, so twice as many turns)
+        const int want = (DEC ? 2 : 1) * (min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb);
         const bool seg_last = ti % PAIR == PAIR - 1 || it % nmt == nmt - 1;
-        const unsigned char* cQ = sQ + st * TQ;
-        const unsigned char* cdO = sdO + st * TQ;
-        const float* cL = sL + st * BM;
-        const float* cDl = sDl + st * BM;
+        const int sb = DEC ? wg * 2 + st : st;   // the stage buffer (DEC: the warpgroup's own)
+        const unsigned char* cQ = sQ + sb * TQ;
+        const unsigned char* cdO = sdO + sb * TQ;
+        const float* cL = sL + sb * BM;
+        const float* cDl = sDl + sb * BM;
 
         // S^T = K_w Q^T and dP^T = V_w dO^T
         {
@@ -700,7 +765,7 @@ __device__ __forceinline__ void flash_bwd_h(
                 Wg<BM>::template ss<0>(dp, av + (L::qk_step(kk, BN) >> 4), bo + (L::qk_step(kk, BM) >> 4), kk);
             wgmma_commit();
             if constexpr (DEFER) {
-                if (p_m0 >= 0) add_prev();
+                if (p_m0 >= 0) add_prev(it + 1 < iters);
             }
             if constexpr (PIPE) {   // the last tile's dV, dK and dQ products done; these scores still in flight
                 wgmma_wait<1>();
@@ -821,6 +886,7 @@ __device__ __forceinline__ void flash_bwd_h(
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
         if constexpr (LDS) xb = x + (it & 1) * 64 * D;
+        if (DEC && !owner && it >= 2) bar_sync(8 + 2 * (1 - wg) + (it & 1), 128);   // its owners' reads done
         if (!owner) {
 #pragma unroll
             for (int j = 0; j < NQ; j++) xb[j * 64] = dq[j];
@@ -828,7 +894,10 @@ __device__ __forceinline__ void flash_bwd_h(
         if constexpr ((MODE & 4) != 0) continue;
         if constexpr (DEFER) {
             if (poller() && seg_first) seen = ld_relaxed(sem);   // waited on next tile
-            if constexpr (PAIRX) {   // the senders' partial sums in, for these owners only
+            if constexpr (DEC) {   // the same by tile parity (a sender may be a tile ahead)
+                if (owner) bar_sync(4 + 2 * wg + (it & 1), 128);
+                else bar_arrive(4 + 2 * (1 - wg) + (it & 1), 128);
+            } else if constexpr (PAIRX) {   // the senders' partial sums in, for these owners only
                 if (owner) bar_sync(4 + wg, 128);
                 else bar_arrive(4 + (1 - wg), 128);
                 if (threadIdx.x == 0 && p_m0 >= 0 && p_last)
@@ -879,8 +948,15 @@ __device__ __forceinline__ void flash_bwd_h(
     }
     if constexpr (DEFER) {
         if (p_m0 >= 0) {
-            add_prev();
-            pending = p_sem;   // the last tile ends its segment
+            add_prev(false);
+            if constexpr (DEC) {   // the group's last adds issued, then its counter advanced
+                if (owner) {
+                    bar_sync(12 + wg, 64);
+                    if (poller_x && pend != nullptr) red_release(pend, 1);
+                }
+            } else {
+                pending = p_sem;   // the last tile ends its segment
+            }
         }
     }
     __syncthreads();
