@@ -115,19 +115,12 @@ template <int D> struct Lay<D, 0> {
 template <int D> struct Lay<D, 1> {
     template <int R, int NT>
     __device__ static void load(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows) {
-        constexpr int CPR = D / 8;   // chunks a row
-#pragma unroll
-        for (int i = threadIdx.x; i < R * CPR; i += NT) {
-            int r = i / CPR, c = i % CPR;
-            bool ok = r0 + r < nrows;
-            unsigned char* dst = s + (c / 8) * R * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-            cp_async16(dst, g + (ok ? (i64)(r0 + r) * rs + c * 8 : 0), ok);
-        }
+        load_by<R, NT>(s, g, rs, r0, nrows, threadIdx.x);
     }
     // the same by threads tid = 0 .. NT - 1 of a group (a warpgroup loading alone)
     template <int R, int NT>
     __device__ static void load_by(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows, int tid) {
-        constexpr int CPR = D / 8;
+        constexpr int CPR = D / 8;   // chunks a row
 #pragma unroll
         for (int i = tid; i < R * CPR; i += NT) {
             int r = i / CPR, c = i % CPR;
@@ -543,34 +536,20 @@ __device__ __forceinline__ void flash_bwd_h(
 
     auto load_stage = [&](int it, int st) {
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
-        if constexpr (DEC) {   // this warpgroup's own copy
-            const int tid = threadIdx.x % 128, sb = (threadIdx.x / 128) * 2 + st;
-            L::template load_by<BM, 128>(sQ + sb * TQ, Q + b * qsb + hq * qsh, qst, m0, T, tid);
-            L::template load_by<BM, 128>(sdO + sb * TQ, dO + b * dsb + hq * dsh, dst, m0, T, tid);
-            for (int i = tid; i < BM; i += 128) {
-                int r = m0 + i;
-                i64 idx = ((i64)b * H + hq) * T + r;
-                if (r < T) {
-                    cp_async4(sL + sb * BM + i, LSE + idx);
-                    cp_async4(sDl + sb * BM + i, Delta + idx);
-                } else {
-                    sL[sb * BM + i] = INFINITY;
-                    sDl[sb * BM + i] = 0.f;
-                }
-            }
-            return;
-        }
-        L::template load<BM, NT>(sQ + st * TQ, Q + b * qsb + hq * qsh, qst, m0, T);
-        L::template load<BM, NT>(sdO + st * TQ, dO + b * dsb + hq * dsh, dst, m0, T);
-        for (int i = threadIdx.x; i < BM; i += NT) {   // lse (natural log; a row past T: +inf, P = 0)
+        // (DEC: by this warpgroup's threads, into its own copy)
+        constexpr int NL = DEC ? 128 : NT;
+        const int tid = DEC ? threadIdx.x % 128 : threadIdx.x, sb = DEC ? (threadIdx.x / 128) * 2 + st : st;
+        L::template load_by<BM, NL>(sQ + sb * TQ, Q + b * qsb + hq * qsh, qst, m0, T, tid);
+        L::template load_by<BM, NL>(sdO + sb * TQ, dO + b * dsb + hq * dsh, dst, m0, T, tid);
+        for (int i = tid; i < BM; i += NL) {   // lse (natural log; a row past T: +inf, P = 0)
             int r = m0 + i;
             i64 idx = ((i64)b * H + hq) * T + r;
             if (r < T) {
-                cp_async4(sL + st * BM + i, LSE + idx);
-                cp_async4(sDl + st * BM + i, Delta + idx);
+                cp_async4(sL + sb * BM + i, LSE + idx);
+                cp_async4(sDl + sb * BM + i, Delta + idx);
             } else {
-                sL[st * BM + i] = INFINITY;
-                sDl[st * BM + i] = 0.f;
+                sL[sb * BM + i] = INFINITY;
+                sDl[sb * BM + i] = 0.f;
             }
         }
     };
