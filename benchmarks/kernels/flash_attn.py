@@ -101,10 +101,11 @@ def hopper_bwd_variant(precision, name, D, drop=False):
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
+    BM, BN, RC = cuda_ops.FLASH_BWD_HOPPER[D][1][:3]
     exchange = 128 * D if mode & (128 | 512) else 0 if mode & 256 else 64 * D
-    if mode & 2048:   # (h_v4_dec) a second copy of both stages of Q, dO, lse and delta
-        exchange += (4 * 64 * D * 2 + 4 * 64 * 4) // 4
-    return mod.get_function(name + ("_drop" if drop else "")), cuda_ops.FLASH_BWD_HOPPER[D][1][:3] + (exchange,)
+    if mode & 2048:   # (h_v4_dec) a second copy of both stages of Q and dO (bytes), lse and delta (floats)
+        exchange += (2 * 2 * BM * D * 2) // 4 + 2 * 2 * BM
+    return mod.get_function(name + ("_drop" if drop else "")), (BM, BN, RC, exchange)
 
 
 def hopper_bwd_has_drop(name) -> bool:
