@@ -12,6 +12,7 @@ waits at xfull 4 + 2 w + parity. The tail: a block barrier, the owners' last add
 Each warp is given a random speed per run (0.01x to 100x), which finds the rare interleavings.
 
     python benchmarks/kernels/dec_barriers.py            # the kernel's protocol: all "ok"
+    python benchmarks/kernels/dec_barriers.py --design pair   # h_v4_pair's (MODE bit 10): all "ok"
     python benchmarks/kernels/dec_barriers.py --break xfull_parity   # or xempty_parity, xempty_always,
                                                          # sender_early: each found (seen in the session that wrote it)
 
@@ -21,8 +22,10 @@ import argparse
 import random
 
 
-def program(w, owner, iters, brk=None):
+def program(w, owner, iters, brk=None, design="dec"):
     """One warp's events: (kind 'sync' | 'arrive', barrier, warps expected, tag)."""
+    if design == "pair":
+        return program_pair(w, owner, iters)
     ev = []
     for it in range(iters):
         ev.append(("sync", 2 + w, 4, ("top", it)))
@@ -51,9 +54,33 @@ def program(w, owner, iters, brk=None):
     return ev
 
 
-def run(iters, seed, brk=None):
+def program_pair(w, owner, iters):
+    """h_v4_pair (MODE bit 10): the block's stage barrier every tile, the dS barrier of the
+    warpgroup, the owner groups' own barrier (6 + w), the exchange by xfull 4 + the owners'
+    warpgroup (no parity: the block barrier keeps the warpgroups within a tile)."""
+    ev = []
+    for it in range(iters):
+        ev.append(("sync", 0, 8, ("top", it)))
+        ev.append(("sync", ("wgmma", w, "scores"), 4, ("scores", it)))
+        if owner and it >= 1:
+            ev.append(("sync", 6 + w, 2, ("turn", it)))
+        ev.append(("sync", ("wgmma", w, "dvdk"), 4, ("dvdk", it)))
+        ev.append(("sync", 2 + w, 4, ("ds", it)))
+        ev.append(("sync", ("wgmma", w, "dq"), 4, ("dq", it)))
+        if owner:
+            ev.append(("sync", 4 + w, 4, ("xfull", it)))
+        else:
+            ev.append(("arrive", 4 + (1 - w), 4, ("xfull", it)))
+    ev.append(("sync", 0, 8, ("tail",)))
+    if owner and iters >= 1:
+        ev.append(("sync", 6 + w, 2, ("last turn",)))
+    ev.append(("sync", 0, 8, ("end",)))
+    return ev
+
+
+def run(iters, seed, brk=None, design="dec"):
     rnd = random.Random(seed)
-    warps = [dict(ev=program(w, k // 2 == w, iters, brk), pc=0, wait=None) for w in range(2) for k in range(4)]
+    warps = [dict(ev=program(w, k // 2 == w, iters, brk, design), pc=0, wait=None) for w in range(2) for k in range(4)]
     speed = [rnd.choice([0.01, 0.1, 1, 10, 100]) for _ in warps]
     bars, done = {}, {}   # barrier -> its open instance; barrier -> last instance completed
 
@@ -88,9 +115,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--break", dest="brk", choices=["xfull_parity", "xempty_parity", "xempty_always", "sender_early"])
     ap.add_argument("--runs", type=int, default=3000)
+    ap.add_argument("--design", choices=["dec", "pair"], default="dec", help="h_v4_dec (MODE 3640) or h_v4_pair (1592)")
     a = ap.parse_args()
     for iters in (1, 2, 3, 4, 5, 8):
-        found = {run(iters, s, a.brk) for s in range(a.runs)}
+        found = {run(iters, s, a.brk, a.design) for s in range(a.runs)}
         print(f"{iters} tiles: " + "; ".join(sorted(found))[:200])
 
 
