@@ -115,14 +115,9 @@ template <int D> struct Lay<D, 0> {
 template <int D> struct Lay<D, 1> {
     template <int R, int NT>
     __device__ static void load(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows) {
-        load_by<R, NT>(s, g, rs, r0, nrows, threadIdx.x);
-    }
-    // the same by threads tid = 0 .. NT - 1 of a group (a warpgroup loading alone)
-    template <int R, int NT>
-    __device__ static void load_by(unsigned char* s, const act_t* g, i64 rs, int r0, int nrows, int tid) {
         constexpr int CPR = D / 8;   // chunks a row
 #pragma unroll
-        for (int i = tid; i < R * CPR; i += NT) {
+        for (int i = threadIdx.x; i < R * CPR; i += NT) {
             int r = i / CPR, c = i % CPR;
             bool ok = r0 + r < nrows;
             unsigned char* dst = s + (c / 8) * R * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
@@ -458,10 +453,7 @@ FWD_H_DROP(flash_fwd_h128_bsp_drop, 128, 128, 2, 2, false, 1, true, 1, 2)
 // descriptor's start), so neither the exchange nor the owners: every thread adds its own sums,
 // and a thread holds D / 4 dQ registers instead of D / 2. Its sums run over the keys in another
 // order: its own bits, the same every run. (Its adds deferred in registers, bit 3, lost 18% at
-// D = 64 and spilled at 128: taken out.) Bit 9 (LDS, a study with the staged adds) swaps the
-// block barrier before the dQ product for one of the warpgroup's own 128 threads; bit 10 (PAIRX,
-// on LDS) the exchange's block barrier for named barriers between senders and owners; bit 11
-// (DEC, on PAIRX) decouples the warpgroups altogether (their own stage copies and turns).
+// D = 64 and spilled at 128: taken out.)
 template <int D, int BM, int MODE = 0, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_bwd_h(
     const act_t* __restrict__ Q, const act_t* __restrict__ Kg, const act_t* __restrict__ Vg,
@@ -477,18 +469,11 @@ __device__ __forceinline__ void flash_bwd_h(
     using L = Lay<D, 1>;
     using LS = Lay<BN, 1>;                            // dS: BM rows of BN keys
     extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than used
-    // DEC (MODE bit 11, a study on PAIRX, D = 64): the warpgroups decoupled: each loads its own K
-    // and V rows and its own copy of every Q / dO / lse / delta stage (waited for by a barrier of
-    // its own), the exchange handed over both ways by named barriers by tile parity, and each
-    // owner group taking its turn and advancing the counter by itself (twice a block a segment),
-    // so no barrier a tile is shared by the whole block
-    constexpr bool DEC = (MODE & 2048) != 0;
-    constexpr int QS = DEC ? 4 : 2;                   // Q / dO stage buffers (DEC: two a warpgroup)
     unsigned char* sK = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BN][D]
     unsigned char* sV = sK + TK;                      // [BN][D]
     unsigned char* sQ = sV + TK;                      // [2][BM][D]
-    unsigned char* sdO = sQ + QS * TQ;                // [2][BM][D]
-    unsigned char* sdS = sdO + QS * TQ;               // [BM][BN]
+    unsigned char* sdO = sQ + 2 * TQ;                 // [2][BM][D]
+    unsigned char* sdS = sdO + 2 * TQ;                // [BM][BN]
     constexpr bool DEFER = (MODE & 8) != 0, STAGED = (MODE & 16) != 0;
     constexpr bool PIPE = (MODE & 128) != 0;
     static_assert(!PIPE || (MODE & ~(128 | 32)) == 0, "PIPE goes alone (or with the v4 adds)");
@@ -497,25 +482,12 @@ __device__ __forceinline__ void flash_bwd_h(
     static_assert(!SPLIT || (MODE & ~(256 | 32)) == 0, "SPLIT goes alone (or with the v4 adds)");
     constexpr int NQ = SPLIT ? D / 4 : D / 2;         // dQ accumulator registers a thread
     constexpr int NC = SPLIT ? D / 2 : D;             // dQ columns a warpgroup makes
-    // LDS (MODE bit 9, a study with the staged adds): each warpgroup waits for its own dS only
-    // (a barrier of its 128 threads instead of the block's), the exchange double buffered by tile
-    // parity so the partner's next write cannot meet the owners' deferred reads, and the previous
-    // tile's release moved behind the exchange's block barrier
-    constexpr bool LDS = (MODE & 512) != 0;
-    static_assert(!LDS || ((MODE & ~(512 | 1024 | 2048 | 56)) == 0 && (MODE & 24) == 24), "LDS goes with the staged adds");
-    // PAIRX (MODE bit 10, on LDS): no block barrier but the stage's: the exchange handed over by
-    // named barriers between the senders and their owners (4 + the owners' warpgroup), each owner
-    // group waiting for its turn by itself (its first thread polls, barrier 6 + warpgroup), the
-    // deferred release at the next tile's block barrier
-    constexpr bool PAIRX = (MODE & 1024) != 0;
-    static_assert(!PAIRX || LDS, "PAIRX goes on LDS");
-    static_assert(!DEC || (PAIRX && D == 64), "DEC goes on PAIRX, at D = 64");
     // [2 row halves][D / 2][64 threads]; PIPE: two of them (the owners' own partial sums after the
     // partners')
     // (cuda_ops._hopper_bwd_smem's `exchange` floats: the study variants' sizes in flash_attn.py)
     float* sX = reinterpret_cast<float*>(sdS + BM * BN * 2);
-    float* sL = sX + (PIPE || LDS ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
-    float* sDl = sL + QS * BM;                        // [2][BM] delta
+    float* sL = sX + (PIPE ? 128 * D : SPLIT ? 0 : 64 * D);   // [2][BM] lse * log2e
+    float* sDl = sL + 2 * BM;                         // [2][BM] delta
 
     const int nkb = gridDim.x;
     const int bk = blockIdx.y, nb = heavy_first ? blockIdx.x : nkb - 1 - blockIdx.x;
@@ -536,32 +508,23 @@ __device__ __forceinline__ void flash_bwd_h(
 
     auto load_stage = [&](int it, int st) {
         int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
-        // (DEC: by this warpgroup's threads, into its own copy)
-        constexpr int NL = DEC ? 128 : NT;
-        const int tid = DEC ? threadIdx.x % 128 : threadIdx.x, sb = DEC ? (threadIdx.x / 128) * 2 + st : st;
-        L::template load_by<BM, NL>(sQ + sb * TQ, Q + b * qsb + hq * qsh, qst, m0, T, tid);
-        L::template load_by<BM, NL>(sdO + sb * TQ, dO + b * dsb + hq * dsh, dst, m0, T, tid);
-        for (int i = tid; i < BM; i += NL) {   // lse (natural log; a row past T: +inf, P = 0)
+        L::template load<BM, NT>(sQ + st * TQ, Q + b * qsb + hq * qsh, qst, m0, T);
+        L::template load<BM, NT>(sdO + st * TQ, dO + b * dsb + hq * dsh, dst, m0, T);
+        for (int i = threadIdx.x; i < BM; i += NT) {   // lse (natural log; a row past T: +inf, P = 0)
             int r = m0 + i;
             i64 idx = ((i64)b * H + hq) * T + r;
             if (r < T) {
-                cp_async4(sL + sb * BM + i, LSE + idx);
-                cp_async4(sDl + sb * BM + i, Delta + idx);
+                cp_async4(sL + st * BM + i, LSE + idx);
+                cp_async4(sDl + st * BM + i, Delta + idx);
             } else {
-                sL[sb * BM + i] = INFINITY;
-                sDl[sb * BM + i] = 0.f;
+                sL[st * BM + i] = INFINITY;
+                sDl[st * BM + i] = 0.f;
             }
         }
     };
 
-    if constexpr (DEC) {   // this warpgroup's 64 keys (one swizzle atom at D = 64: rows 64 wg ..)
-        const int w = threadIdx.x / 128;
-        L::template load_by<64, 128>(sK + w * 64 * 128, k, kst, n0 + 64 * w, S, threadIdx.x % 128);
-        L::template load_by<64, 128>(sV + w * 64 * 128, v, vst, n0 + 64 * w, S, threadIdx.x % 128);
-    } else {
-        L::template load<BN, NT>(sK, k, kst, n0, S);
-        L::template load<BN, NT>(sV, v, vst, n0, S);
-    }
+    L::template load<BN, NT>(sK, k, kst, n0, S);
+    L::template load<BN, NT>(sV, v, vst, n0, S);
     load_stage(0, 0);
     cp_commit();
 
@@ -580,22 +543,14 @@ __device__ __forceinline__ void flash_bwd_h(
     // the exchange: a thread of the other warpgroup's half writes here what this one adds
     float* x = sX + half * (D / 2) * 64 + (warp % 2) * 32 + lane;
     const bool owner = half == wg;             // (warps 0, 1 of warpgroup 0; 2, 3 of warpgroup 1)
-    // the thread that reads and waits on the counters (PAIRX: one per owner group, threads 0 and 192)
-    const bool poller_x = owner && warp % 2 == 0 && lane == 0;
-    auto poller = [&]() -> bool {
-        if constexpr (PAIRX) return poller_x;
-        else return threadIdx.x == 0;
-    };
     int p_m0 = -1, p_hq = 0, p_want = 0;       // DEFER: the tile whose adds are still to come
     bool p_first = false, p_last = false;
     int* p_sem = nullptr;
     int seen = 0;
     // thread 0: wait until the counter says the key blocks before this one have added (a relaxed
     // poll, then the fence: the acquire of their release)
-    // (DEC: at least: the other owner group of this block may have advanced it already, which it
-    // does only after the later blocks all had)
     auto wait_turn = [&](int want_, int* sem_) {
-        while (DEC ? seen < want_ : seen != want_) {
+        while (seen != want_) {
             __nanosleep(32);
             seen = ld_relaxed(sem_);
         }
@@ -604,10 +559,8 @@ __device__ __forceinline__ void flash_bwd_h(
     // an owner's rows of query tile m0_ (head hq_) added to the accumulator; register j's sum is
     // dq[j] + x[j * 64] (the partner's half from the exchange), dq[j] alone (from_x false) or x
     // alone (from_dq false). Not a generic lambda: NVRTC takes one (a template) for host code
-    float* xb = x;   // the exchange buffer in use (LDS: by tile parity)
-    int p_par = 0;   // LDS: the deferred tile's parity
     auto val = [&](int j, bool from_dq, bool from_x) {
-        return from_dq && from_x ? dq[j] + xb[j * 64] : (from_dq ? dq[j] : xb[j * 64]);
+        return from_dq && from_x ? dq[j] + x[j * 64] : (from_dq ? dq[j] : x[j * 64]);
     };
     // Each lane adds its two columns of both rows, float2 atomics. MODE bit 5 (shipped at D = 64,
     // +2.6-4.3% on an H100): lanes t and t ^ 1 swap halves so that the even one holds 4 columns of row g,
@@ -678,28 +631,10 @@ __device__ __forceinline__ void flash_bwd_h(
     };
     // DEFER: the owners add the previous tile's sums in order: thread 0 waits, the owners' barrier
     // passes it on
-    int* pend = nullptr;   // DEC (an owner group's poller): its counter still to advance
-    // (more, DEC: a sender will write this buffer again, two tiles on: tell it the reads are done)
-    auto add_prev = [&](bool more) {
+    auto add_prev = [&]() {
         if (!owner) return;
-        if constexpr (DEC) {   // the group's adds so far issued, then its own release and turn
-            bar_sync(12 + wg, 64);
-            if (poller_x && pend != nullptr) {
-                red_release(pend, 1);
-                pend = nullptr;
-            }
-            if (poller_x && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-            bar_sync(12 + wg, 64);
-            xb = x + p_par * 64 * D;
-            add_rows(p_m0, p_hq, !STAGED, STAGED);
-            if (p_last) pend = p_sem;
-            if (more) bar_arrive(8 + 2 * wg + p_par, 128);
-            return;
-        }
-        if (poller() && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
-        if constexpr (PAIRX) bar_sync(6 + wg, 64);   // this owner group
-        else asm volatile("bar.sync 1, 128;\n" ::: "memory");
-        if constexpr (LDS) xb = x + p_par * 64 * D;
+        if (threadIdx.x == 0 && (MODE & 1) == 0 && p_first) wait_turn(p_want, p_sem);
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
         add_rows(p_m0, p_hq, !STAGED, STAGED);
     };
     for (int it = 0; it < iters; it++) {
@@ -707,8 +642,7 @@ __device__ __forceinline__ void flash_bwd_h(
         const int hq = kh * G + it / nmt, m0 = (first + it % nmt) * BM;
         cp_wait<0>();          // this tile's Q, dO, lse, delta
         fence_proxy_async();   // the cp.async writes, read next by the tensor cores
-        if constexpr (DEC) bar_sync(2 + wg, 128);   // (DEC: this warpgroup's own copy)
-        else __syncthreads();  // ... and every thread's adds of the last tile issued
+        __syncthreads();       // ... and every thread's adds of the last tile issued
         if (pending != nullptr) {   // (thread 0) their release, off the adds' path
             red_release(pending, 1);
             pending = nullptr;
@@ -723,14 +657,12 @@ __device__ __forceinline__ void flash_bwd_h(
         int* sem = dQsem + ((i64)b * H + hq) * nct + ti / PAIR;
         const bool seg_first = ti % PAIR == 0 || it % nmt == 0;
         if (!DEFER && !PIPE && threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) seen = ld_relaxed(sem);
-        // (DEC: each owner group advances the counter by itself, so twice as many turns)
-        const int want = (DEC ? 2 : 1) * (min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb);
+        const int want = min(nkb - 1, ((lt + 1) * BM + offset - 1) / BN) - nb;
         const bool seg_last = ti % PAIR == PAIR - 1 || it % nmt == nmt - 1;
-        const int sb = DEC ? wg * 2 + st : st;   // the stage buffer (DEC: the warpgroup's own)
-        const unsigned char* cQ = sQ + sb * TQ;
-        const unsigned char* cdO = sdO + sb * TQ;
-        const float* cL = sL + sb * BM;
-        const float* cDl = sDl + sb * BM;
+        const unsigned char* cQ = sQ + st * TQ;
+        const unsigned char* cdO = sdO + st * TQ;
+        const float* cL = sL + st * BM;
+        const float* cDl = sDl + st * BM;
 
         // S^T = K_w Q^T and dP^T = V_w dO^T
         {
@@ -744,7 +676,7 @@ __device__ __forceinline__ void flash_bwd_h(
                 Wg<BM>::template ss<0>(dp, av + (L::qk_step(kk, BN) >> 4), bo + (L::qk_step(kk, BM) >> 4), kk);
             wgmma_commit();
             if constexpr (DEFER) {
-                if (p_m0 >= 0) add_prev(it + 1 < iters);
+                if (p_m0 >= 0) add_prev();
             }
             if constexpr (PIPE) {   // the last tile's dV, dK and dQ products done; these scores still in flight
                 wgmma_wait<1>();
@@ -821,8 +753,7 @@ __device__ __forceinline__ void flash_bwd_h(
             fence_regs(dk);
             continue;
         }
-        if constexpr (LDS) bar_sync(2 + wg, 128);   // this warpgroup's dS in shared memory
-        else __syncthreads();   // both warpgroups' dS in shared memory
+        __syncthreads();   // both warpgroups' dS in shared memory
         // dQ_w = dS[:, keys of w] K_w (16 keys a product); SPLIT: dQ[:, c0 ..] = dS K[:, c0 ..] over
         // all BN keys, B = K's columns c0 .. c0 + D / 2 (at D = 64 the second half of the 128-byte
         // swizzle atom's rows: a start 64 bytes in, the swizzle being of the address bits)
@@ -849,7 +780,7 @@ __device__ __forceinline__ void flash_bwd_h(
                 q_m0 = m0, q_hq = hq, q_want = want, q_first = seg_first, q_last = seg_last, q_sem = sem;
                 continue;
             }
-            if (DEFER && !LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
+            if (DEFER && threadIdx.x == 0 && p_m0 >= 0 && p_last)
                 red_release(p_sem, 1);   // the owners' adds of the last tile: all before the dS barrier
             wgmma_wait<0>();
             fence_regs(dq);
@@ -864,37 +795,22 @@ __device__ __forceinline__ void flash_bwd_h(
             continue;
         }
         // the partial sums: rows 0-31 (warps 0, 1 of a warpgroup) finish in warpgroup 0, 32-63 in 1
-        if constexpr (LDS) xb = x + (it & 1) * 64 * D;
-        if (DEC && !owner && it >= 2) bar_sync(8 + 2 * (1 - wg) + (it & 1), 128);   // its owners' reads done
         if (!owner) {
 #pragma unroll
-            for (int j = 0; j < NQ; j++) xb[j * 64] = dq[j];
+            for (int j = 0; j < NQ; j++) x[j * 64] = dq[j];
         }
         if constexpr ((MODE & 4) != 0) continue;
         if constexpr (DEFER) {
-            if (poller() && seg_first) seen = ld_relaxed(sem);   // waited on next tile
-            if constexpr (DEC) {   // the same by tile parity (a sender may be a tile ahead)
-                if (owner) bar_sync(4 + 2 * wg + (it & 1), 128);
-                else bar_arrive(4 + 2 * (1 - wg) + (it & 1), 128);
-            } else if constexpr (PAIRX) {   // the senders' partial sums in, for these owners only
-                if (owner) bar_sync(4 + wg, 128);
-                else bar_arrive(4 + (1 - wg), 128);
-                if (threadIdx.x == 0 && p_m0 >= 0 && p_last)
-                    pending = p_sem;   // every owner's adds of the last tile: released past the next block barrier
-            } else {
-                __syncthreads();
-                if (LDS && threadIdx.x == 0 && p_m0 >= 0 && p_last)
-                    red_release(p_sem, 1);   // the owners' adds of the last tile: all before this barrier
-            }
+            if (threadIdx.x == 0 && seg_first) seen = ld_relaxed(sem);   // waited on next tile
+            __syncthreads();
             if (owner) {
 #pragma unroll
                 for (int j = 0; j < NQ; j++) {
-                    if (STAGED) xb[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
-                    else dq[j] += xb[j * 64];
+                    if (STAGED) x[j * 64] += dq[j];   // p1 + p0 = p0 + p1: the same bits
+                    else dq[j] += x[j * 64];
                 }
             }
             p_m0 = m0, p_hq = hq, p_want = want, p_first = seg_first, p_last = seg_last, p_sem = sem;
-            p_par = it & 1;
             continue;
         }
         if (threadIdx.x == 0 && (MODE & 1) == 0 && seg_first) wait_turn(want, sem);   // a segment's first tile
@@ -918,24 +834,10 @@ __device__ __forceinline__ void flash_bwd_h(
         store_dq();
         if (q_m0 >= 0) finish_dq();
     }
-    if constexpr (PAIRX) {   // the tile before the last may have ended a segment: released first
-        __syncthreads();
-        if (threadIdx.x == 0 && pending != nullptr) {
-            red_release(pending, 1);
-            pending = nullptr;
-        }
-    }
     if constexpr (DEFER) {
         if (p_m0 >= 0) {
-            add_prev(false);
-            if constexpr (DEC) {   // the group's last adds issued, then its counter advanced
-                if (owner) {
-                    bar_sync(12 + wg, 64);
-                    if (poller_x && pend != nullptr) red_release(pend, 1);
-                }
-            } else {
-                pending = p_sem;   // the last tile ends its segment
-            }
+            add_prev();
+            pending = p_sem;   // the last tile ends its segment
         }
     }
     __syncthreads();

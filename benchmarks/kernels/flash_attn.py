@@ -77,11 +77,9 @@ HOPPER_BWD_VARIANTS = {("h_deferred", 64): ("flash_bwd_h64_m8", True), ("h_immed
                        ("h_pipe", 128): ("flash_bwd_h128_m128", True),
                        ("h_split", 64): ("flash_bwd_h64_m256", True), ("h_split_v4", 64): ("flash_bwd_h64_m288", True),
                        ("h_immediate", 128): ("flash_bwd_h128_m0", True),
-                       ("h_split_v4", 128): ("flash_bwd_h128_m288", True),
-                       ("h_v4_lds", 64): ("flash_bwd_h64_m568", True), ("h_v4_pair", 64): ("flash_bwd_h64_m1592", True),
-                       ("h_v4_dec", 64): ("flash_bwd_h64_m3640", True)}
+                       ("h_split_v4", 128): ("flash_bwd_h128_m288", True)}
 # the variants that must give the shipped kernel's bytes (the same adds in another form or order in time)
-SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged", "h_v4_lds", "h_v4_pair", "h_v4_dec"}
+SAME_BITS = {"h_v4", "h_pipe", "h_pipe_v4", "h_staged"}
 HOPPER_VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_hopper_variants.cu")
 VARIANTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flash_variants.cu")
 
@@ -101,11 +99,8 @@ def hopper_bwd_variant(precision, name, D, drop=False):
     from bytemodel.ops import cuda_ops
     mod = cuda_ops._hopper_module(precision, _hopper_variants_source())
     mode = int(name.rsplit("_m", 1)[1])
-    BM, BN, RC = cuda_ops.FLASH_BWD_HOPPER[D][1][:3]
-    exchange = 128 * D if mode & (128 | 512) else 0 if mode & 256 else 64 * D
-    if mode & 2048:   # (h_v4_dec) a second copy of both stages of Q and dO (bytes), lse and delta (floats)
-        exchange += (2 * 2 * BM * D * 2) // 4 + 2 * 2 * BM
-    return mod.get_function(name + ("_drop" if drop else "")), (BM, BN, RC, exchange)
+    exchange = 128 * D if mode & 128 else 0 if mode & 256 else 64 * D
+    return mod.get_function(name + ("_drop" if drop else "")), cuda_ops.FLASH_BWD_HOPPER[D][1][:3] + (exchange,)
 
 
 def hopper_bwd_has_drop(name) -> bool:

@@ -78,20 +78,6 @@ BWD_H(flash_bwd_h128_m0, 128, 64, 0)
 // and no barrier shared with another warpgroup, twice the dQ adds: correct, the tests passed on it
 // as if shipped, but 25-40% slower at D = 64 on an H100 (thirtieth session); taken out of
 // flash_bwd_h, the figures are from the kernel as it was at da8bf1d)
-// h_v4 with each warpgroup waiting for its own dS only (MODE bit 9, LDS: a barrier of 128 threads
-// instead of the block's before the dQ product, the exchange double buffered by tile parity, 16 KB
-// more shared memory): h_v4_lds (m568), the shipped bytes; written in the thirtieth session after
-// the device time was spent, not run
-BWD_H(flash_bwd_h64_m568, 64, 64, 568)
-// and with no block barrier but the stage's (MODE bit 10, PAIRX): the exchange handed over by named
-// barriers between each warpgroup's senders and the other's owners, each owner group taking its
-// turn by itself; h_v4_pair (m1592), the shipped bytes; not run
-BWD_H(flash_bwd_h64_m1592, 64, 64, 1592)
-// and the warpgroups decoupled (MODE bit 11, DEC, on PAIRX): each loads its own K / V rows and its
-// own copy of the Q / dO stages, the exchange handed over both ways by named barriers by tile
-// parity, each owner group taking its turn and advancing the counter by itself, so no barrier a
-// tile is shared by the whole block: h_v4_dec (m3640), the shipped bytes; 32 KB more shared memory; not run
-BWD_H(flash_bwd_h64_m3640, 64, 64, 3640)
 // What the dropout hash costs (benchmarks/kernels/attn_dropout.py --hash-study): the shipped dropout
 // kernels with the hash cut to one murmur3 finaliser (_r1) or to one multiply (_r0); their masks
 // are not the reference's (timing only).
