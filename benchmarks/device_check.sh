@@ -24,6 +24,8 @@
 #                                                # each of VARIANTS as if shipped (comma: one kernel a head dim)
 #     bash benchmarks/device_check.sh graph      # issue 28: small and base training with the step captured as one CUDA graph
 #                                                # (gpu_train.py --graph: the launches it saves) beside the launched step and torch.compile
+#     bash benchmarks/device_check.sh spec       # issue 24: generate --speculative against the on-device decoder, batch 1,
+#                                                # base and small with four heads (a few steps: speed only), fp16 and fp32
 #     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
 #                                                # and the forward at NCU_SHAPE (32,12,1024,64); flash_attn.py --profile
 #     bash benchmarks/device_check.sh attn       # the attention kernels (Hopper tiles, ping-pong) against SDPA
@@ -179,6 +181,22 @@ if [ "$only" = graph ]; then   # issue 28: the whole training step as one CUDA g
     timeout ${TRAIN_S:-400} python3 benchmarks/gpu_train.py --presets small base --bf16 base --steps 10 --graph \
         --json "$OUT/gpu_train_graph.json" > "$OUT/gpu_train_graph.log" 2>&1
     echo "rc=$?"; grep -E "tok/s|peak|failed|rror" "$OUT/gpu_train_graph.log"
+    exit 0
+fi
+if [ "$only" = spec ]; then   # issue 24: generate --speculative on the GPU against the on-device decoder, batch 1
+    python3 -c "import gzip; d = gzip.open('datasets/klebsiella_hs11286_1m.fa.gz').read(); open('/tmp/held.fa', 'wb').write(b'>held\\n' + d[-60000:])"
+    for P in ${SPEC_PRESETS:-base small}; do   # the speed does not depend on the weights: a few steps make a run
+        step "a $P model with four heads, ${SPEC_STEPS:-40} steps on the shipped sample"
+        timeout 200 python3 -m bytemodel.cli train --source datasets/klebsiella_hs11286_1m.fa.gz --preset $P --mtp 4 \
+            --steps ${SPEC_STEPS:-40} --device cuda --out /tmp/spec_$P --no-baseline -q > "$OUT/spec_train_$P.log" 2>&1
+        echo "rc=$?"; tail -2 "$OUT/spec_train_$P.log"
+    done
+    for PR in fp16 fp32; do
+        step "plain against speculative, $PR (SPEC_RUNS: more run folders, e.g. carried ones)"
+        timeout ${SPEC_S:-150} python3 benchmarks/speculative.py /tmp/spec_* ${SPEC_RUNS:-} --heldout /tmp/held.fa --device cuda \
+            --precision $PR --bytes 1024 --rounds 3 --json "$OUT/spec_$PR.json" > "$OUT/spec_$PR.log" 2>&1
+        echo "rc=$?"; cat "$OUT/spec_$PR.log" | tail -6
+    done
     exit 0
 fi
 if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versions and the forward, one kernel each

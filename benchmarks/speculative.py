@@ -6,7 +6,7 @@ after the same prompt through the Python API (`lm.generate(..., speculative=True
 alternating rounds (median), with the drafts' acceptance rate and tokens per forward pass.
 
     PYTHONPATH=. python benchmarks/speculative.py RUN [RUN...] --heldout FILE [--device cuda]
-        [--bytes 1024] [--temperature 1.0] [--rounds 3] [--json OUT]
+        [--precision fp32|fp16|bf16] [--bytes 1024] [--temperature 1.0] [--rounds 3] [--json OUT]
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from bytemodel.readers import read_documents
 from bytemodel.decode.speculative import SpecStats
 
 
-def bench(run, heldout, device, n, temperature, rounds, prompt):
-    lm = bytemodel.load(run, device=device)
+def bench(run, heldout, device, n, temperature, rounds, prompt, precision="fp32"):
+    lm = bytemodel.load(run, device=device, precision=precision)
     reader = lm.reader or None                   # the reader the run recorded (runinfo.py)
     data = b"".join(read_documents(heldout, reader))
     bpb = lm.score(data)["bits_per_byte"] if heldout else float("nan")
@@ -35,7 +35,7 @@ def bench(run, heldout, device, n, temperature, rounds, prompt):
             t = time.perf_counter()
             out = lm.generate(n, prompt, temperature, seed=r, speculative=True, stats=stats)
             spec.append(len(out) / (time.perf_counter() - t))
-    row = dict(run=str(run), device=device, mtp=lm.cfg.mtp, design=lm.cfg.mtp_design,
+    row = dict(run=str(run), device=device, precision=precision, mtp=lm.cfg.mtp, design=lm.cfg.mtp_design,
                params=int(lm.model.size), heldout_bpb=bpb, temperature=temperature,
                plain_bytes_per_s=statistics.median(plain))
     if spec:
@@ -49,6 +49,7 @@ def main():
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--heldout", required=True)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32", help="fp32 (the CLI's default), fp16 or bf16 (on cuda)")
     ap.add_argument("--bytes", type=int, default=1024)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -59,7 +60,7 @@ def main():
     print("| run | device | K | design | held-out bpb | plain B/s | speculative B/s | speed-up | acceptance | tokens/pass |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for run in a.runs:
-        r = bench(run, a.heldout, a.device, a.bytes, a.temperature, a.rounds, a.prompt.encode())
+        r = bench(run, a.heldout, a.device, a.bytes, a.temperature, a.rounds, a.prompt.encode(), a.precision)
         rows.append(r)
         print(f"| {run} | {a.device} | {r['mtp']} | {r['design'] if r['mtp'] > 1 else '-'} | {r['heldout_bpb']:.4f} "
               f"| {r['plain_bytes_per_s']:,.0f} | {r.get('spec_bytes_per_s', float('nan')):,.0f} "
