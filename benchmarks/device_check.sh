@@ -24,6 +24,8 @@
 #                                                # each of VARIANTS as if shipped (comma: one kernel a head dim)
 #     bash benchmarks/device_check.sh graph      # issue 28: small and base training with the step captured as one CUDA graph
 #                                                # (gpu_train.py --graph: the launches it saves) beside the launched step and torch.compile
+#     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
+#                                                # tests, then base with a DNA mask against the host loop), then spec
 #     bash benchmarks/device_check.sh spec       # issue 24: generate --speculative against the on-device decoder, batch 1,
 #                                                # base and small with four heads (a few steps: speed only), fp16 and fp32
 #     bash benchmarks/device_check.sh ncu        # issue 28: Nsight Compute on the backward (NCU_BWD: shipped h_staged h_nodq h_pipe)
@@ -183,6 +185,17 @@ if [ "$only" = graph ]; then   # issue 28: the whole training step as one CUDA g
     echo "rc=$?"; grep -E "tok/s|peak|failed|rror" "$OUT/gpu_train_graph.log"
     exit 0
 fi
+if [ "$only" = gen ]; then    # issue 24: the byte mask on the device's sampler: its tests, then timed; then the spec mode
+    n=""; python3 -c "import xdist" 2>/dev/null && n="-n 8"
+    step "the decoder's tests (tests/test_decode_gpu.py: the masked sampler and generation among them)"
+    timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $n tests/test_decode_gpu.py -rfE > "$OUT/gen_tests.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/gen_tests.log" | head -5; tail -1 "$OUT/gen_tests.log"
+    step "base, a DNA byte mask: the device's sampler against the host loop (where the mask sent generation before)"
+    timeout 200 python3 benchmarks/generate.py --device cuda --presets base --samples 1,64 --tokens 512 --mask \
+        --only ours,host > "$OUT/gen_mask.log" 2>&1
+    echo "rc=$?"; tail -7 "$OUT/gen_mask.log"
+    only=spec
+fi
 if [ "$only" = spec ]; then   # issue 24: generate --speculative on the GPU against the on-device decoder, batch 1
     python3 -c "import gzip; d = gzip.open('datasets/klebsiella_hs11286_1m.fa.gz').read(); open('/tmp/held.fa', 'wb').write(b'>held\\n' + d[-60000:])"
     for P in ${SPEC_PRESETS:-base small}; do   # the speed does not depend on the weights: a few steps make a run
@@ -196,6 +209,14 @@ if [ "$only" = spec ]; then   # issue 24: generate --speculative on the GPU agai
         timeout ${SPEC_S:-150} python3 benchmarks/speculative.py /tmp/spec_* ${SPEC_RUNS:-} --heldout /tmp/held.fa --device cuda \
             --precision $PR --bytes 1024 --rounds 3 --json "$OUT/spec_$PR.json" > "$OUT/spec_$PR.log" 2>&1
         echo "rc=$?"; cat "$OUT/spec_$PR.log" | tail -6
+    done
+    step "the CLI as users run it: generate 4096 bytes from the base DNA run, fp16 (the run's byte mask / --any-byte / --speculative)"
+    for F in "" "--any-byte" "--speculative"; do
+        t0=$(date +%s.%N)
+        timeout 120 python3 -m bytemodel.cli generate -c /tmp/spec_base --device cuda --precision fp16 --bytes 4096 --seed 1 $F \
+            > "$OUT/cli_gen.out" 2> "$OUT/cli_gen.err"
+        echo "rc=$? generate $F: $(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')") s wall, $(wc -c < "$OUT/cli_gen.out") bytes, \
+$(tr -d 'ACGT\n' < "$OUT/cli_gen.out" | wc -c) outside ACGT; $(tail -1 "$OUT/cli_gen.err")"
     done
     exit 0
 fi

@@ -13,6 +13,7 @@ Start-up from the command line (`--startup`): `bytemodel generate --bytes 1` wal
 process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
 
     python benchmarks/generate.py --device cuda --presets small,base --samples 1,16,256 --hf --startup
+    python benchmarks/generate.py --device cuda --presets base --samples 1,64 --mask --only ours,host   # a DNA byte mask: device / host loop
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --pdl --rounds 3   # PDL on (default) / off
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --persist --rounds 3   # one persistent kernel a step (default) / the launches
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the fused step (default) / views only / as it was
@@ -59,17 +60,28 @@ def sync(device):
         cp.cuda.Device().synchronize()
 
 
-def time_ours(name, device, precision, tokens, samples, engine="auto"):
+def dna_mask():
+    """A DNA run's byte set (A C G T and the newline; <doc> stays allowed): what the CLI's generate
+    samples from by default (runinfo.RunData.allowed_ids)."""
+    tok = Tokenizer()
+    allowed = np.zeros(tok.vocab_size, dtype=bool)
+    allowed[list(b"ACGT\n")] = True
+    allowed[tok.doc_id] = True
+    return allowed
+
+
+def time_ours(name, device, precision, tokens, samples, engine="auto", allowed=None):
     m = our_model(name, device, precision)
     tok = Tokenizer()
-    generate(m, tok, 2, PROMPT, seed=0, samples=samples, engine=engine)   # compile, warm up
+    kw = dict(engine=engine, allowed=allowed)
+    generate(m, tok, 2, PROMPT, seed=0, samples=samples, **kw)   # compile, warm up
     sync(device)
     t = time.perf_counter()
-    generate(m, tok, 1, PROMPT, seed=0, engine=engine)
+    generate(m, tok, 1, PROMPT, seed=0, **kw)
     sync(device)
     ttfb = time.perf_counter() - t
     t = time.perf_counter()
-    out = generate(m, tok, tokens, PROMPT, seed=0, samples=samples, engine=engine)
+    out = generate(m, tok, tokens, PROMPT, seed=0, samples=samples, **kw)
     sync(device)
     dt = time.perf_counter() - t
     assert sum(len(o) for o in (out if samples > 1 else [out])) == tokens * samples
@@ -192,6 +204,10 @@ def child(args):
         r = time_ours(name, args.device, args.precision, args.tokens, n)
     elif kind == "host":
         r = time_ours(name, args.device, args.precision, args.tokens, n, engine="host")
+    elif kind == "ours-mask":         # a DNA run's byte mask (the CLI's default), on the device's sampler
+        r = time_ours(name, args.device, args.precision, args.tokens, n, allowed=dna_mask())
+    elif kind == "host-mask":         # the same mask through the host loop: where a mask sent generation before
+        r = time_ours(name, args.device, args.precision, args.tokens, n, engine="host", allowed=dna_mask())
     else:
         r = time_hf(name, args.device, args.tokens, n, static=(kind == "hf-static"))[:3]
     print(json.dumps(r))
@@ -207,6 +223,8 @@ def main():
     ap.add_argument("--hf", action="store_true", help="also time transformers generate (eager, static)")
     ap.add_argument("--hf-static", action="store_true", help="also the static cache (compiled) on the GPU")
     ap.add_argument("--host-loop", action="store_true", help="also the pre-decoder loop (engine='host'), N = 1")
+    ap.add_argument("--mask", action="store_true", help="also ours under a DNA run's byte mask (the CLI's default), "
+                    "on the device and through the host loop (where a mask sent generation before)")
     ap.add_argument("--startup", action="store_true")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--graph-steps", type=int, default=0, help="also ours with this many steps per graph")
@@ -241,6 +259,8 @@ def main():
         sides = [("ours", int(n)) for n in args.samples.split(",")]
         if args.host_loop:
             sides.append(("host", 1))
+        if args.mask:
+            sides += [(k, int(n)) for k in ("ours-mask", "host-mask") for n in args.samples.split(",")]
         if args.hf:
             sides += [("hf", int(n)) for n in args.samples.split(",") if int(n) <= 64]
         if args.hf_static:
@@ -265,7 +285,7 @@ def main():
         vals = {side: [] for side in sides}
         for _ in range(args.rounds):          # the sides alternate within each round
             for kind, n in sides:
-                tk = tokens if kind != "host" else min(tokens, 128)
+                tk = tokens if not kind.startswith("host") else min(tokens, 128)
                 cmd = [sys.executable, __file__, "--child", f"{kind}:{name}:{n}", "--device", args.device,
                        "--precision", args.precision, "--tokens", str(tk)]
                 r = subprocess.run(cmd, capture_output=True, text=True)
@@ -275,7 +295,7 @@ def main():
                 vals[(kind, n)].append(json.loads(r.stdout.strip().splitlines()[-1]))
         for (kind, n), v in vals.items():
             if v:
-                tk = tokens if kind != "host" else min(tokens, 128)
+                tk = tokens if not kind.startswith("host") else min(tokens, 128)
                 ttfb, tps, after = (statistics.median(x[i] for x in v) for i in range(3))
                 rows.append((name, kind, n, tk, ttfb, tps, after))
                 print(f"| {args.device} {args.precision} | {name} | {kind} | {n} | {tk} | {ttfb * 1e3:,.1f} | "

@@ -908,6 +908,7 @@ extern "C" __global__ void __launch_bounds__(DEC_THREADS, 2) dec_step(
 // (so Generator.choice(V, p=p) on the CPU and this kernel use the same u). Probabilities in fp64.
 // Greedy (temperature 0) is the first argmax and draws nothing.
 // rng: (B, 4) uint64 [state_hi, state_lo, inc_hi, inc_lo]; smem: V doubles + 2 * P2 words.
+// allowed: null, or V bytes: the ids that may be drawn (generation's byte mask; the others count as -inf).
 
 __device__ __forceinline__ double pcg64_next_double(unsigned long long* st) {
     const unsigned long long MH = 2549297995355413924ULL, ML = 4865540595714422341ULL;
@@ -960,10 +961,16 @@ extern "C" __global__ void dec_pdl_probe(int* flag) {   // ops/cuda_decode.py: c
     if (threadIdx.x == 0 && blockIdx.x == 0) flag[0] += 1;
 }
 
+// the logit sampling sees: -inf for an id the mask leaves out (allowed: V bytes, 0 = never drawn; null: every id),
+// so it gets no mass and is never the argmax, as the host's sampler with -inf added to those logits
+__device__ __forceinline__ float masked_logit(const float* __restrict__ lg, const unsigned char* __restrict__ allowed, int i) {
+    return (allowed == nullptr || allowed[i]) ? lg[i] : -INFINITY;
+}
+
 extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, int V, int P2,
                                       float temperature, int top_k, double top_p,
                                       unsigned long long* rng, int* ids, int* out, int cap,
-                                      const int* __restrict__ state) {
+                                      const int* __restrict__ state, const unsigned char* __restrict__ allowed) {
     extern __shared__ double p[];                       // V
     float* key = reinterpret_cast<float*>(p + V);       // P2 (sorted logits)
     int* idx = reinterpret_cast<int*>(key + P2);        // P2 (their ids)
@@ -973,13 +980,13 @@ extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, 
     __shared__ int besti[32];
     const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     const int lane = tid & 31, warp = tid >> 5, nw = (nt + 31) >> 5;
-    const float* lg = logits + (i64)b * ld;
+    const float* lg_row = logits + (i64)b * ld;
     PDL_LAUNCH();
     PDL_WAIT();                                   // the logits of the step before
     const int t = state[1];
     if (temperature == 0.f) {                           // greedy: first index of the maximum
         float bv = -INFINITY; int bi = 0x7fffffff;
-        for (int i = tid; i < V; i += nt) { float v = lg[i]; if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
+        for (int i = tid; i < V; i += nt) { float v = masked_logit(lg_row, allowed, i); if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; } }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             float ov = __shfl_xor_sync(FULL, bv, o); int oi = __shfl_xor_sync(FULL, bi, o);
@@ -999,7 +1006,7 @@ extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, 
     const bool sorted = (top_k > 0 && top_k < V) || top_p < 1.0;
     float kth = -INFINITY;
     if (sorted) {
-        for (int i = tid; i < P2; i += nt) { key[i] = i < V ? lg[i] : -INFINITY; idx[i] = i; }
+        for (int i = tid; i < P2; i += nt) { key[i] = i < V ? masked_logit(lg_row, allowed, i) : -INFINITY; idx[i] = i; }
         __syncthreads();
         for (int k = 2; k <= P2; k <<= 1) {                 // bitonic sort, descending (ties: lower id first)
             for (int j = k >> 1; j > 0; j >>= 1) {
@@ -1020,7 +1027,7 @@ extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, 
     }
     // max of the kept z, then p = exp(z - max) over the kept ids, and the sum
     float bv = -INFINITY;
-    for (int i = tid; i < V; i += nt) bv = fmaxf(bv, lg[i]);
+    for (int i = tid; i < V; i += nt) bv = fmaxf(bv, masked_logit(lg_row, allowed, i));
     bv = warp_max(bv);
     if (lane == 0) bestv[warp] = bv;
     __syncthreads();
@@ -1029,7 +1036,7 @@ extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, 
     const double zmax = (double)mxf / T;
     double part = 0.0;
     for (int i = tid; i < V; i += nt) {
-        float v = lg[i];
+        float v = masked_logit(lg_row, allowed, i);
         double e = v >= kth ? exp((double)v / T - zmax) : 0.0;
         p[i] = e;
         part += e;

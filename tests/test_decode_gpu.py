@@ -133,27 +133,38 @@ SAMPLING = [dict(temperature=1.0), dict(temperature=0.7, top_k=5), dict(temperat
             dict(temperature=1.0, top_k=40, top_p=0.5), dict(temperature=0.0)]
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("V", [257, 300, 4096])
 @pytest.mark.parametrize("kw", SAMPLING)
-def test_sampler_matches_host_sampler(V, kw):
+def test_sampler_matches_host_sampler(V, kw, masked):
     """Same logits, same seeds: the device sampler picks the ids sample_next picks with
-    np.random.default_rng(seed + i), step after step (each stream advanced once per draw)."""
+    np.random.default_rng(seed + i), step after step (each stream advanced once per draw).
+    masked: generation's byte mask (a third of the ids allowed, fewer than top_k = 40 at V = 257
+    in places), which the host applies as -inf logits and the device sampler by itself; the
+    likeliest id of every row left out, so a sampler that ignored the mask would pick it greedily."""
     import cupy as cp
     from bytemodel.ops.cuda_decode import Sampler
     from bytemodel.ops import get_backend
     B, steps, seed = 24, 3, 11
-    s = Sampler(get_backend("cuda", "fp32"), V, B, seed, steps)
-    rngs = [np.random.default_rng(seed + i) for i in range(B)]
     r = np.random.default_rng(V)
+    allowed = r.random(V) < (1 / 3 if V > 257 else 0.1) if masked else None
+    s = Sampler(get_backend("cuda", "fp32"), V, B, seed, steps, allowed)
+    rngs = [np.random.default_rng(seed + i) for i in range(B)]
+    bias = np.where(allowed, 0.0, -np.inf) if masked else 0.0
     state = cp.zeros((4,), dtype=cp.int32)
     for t in range(steps):
         logits = (r.standard_normal((B, V)) * 3).astype(np.float32)
         logits[0, :7] = logits[0, 7]                    # ties: the lower id first, as argsort's stable order
+        if masked:
+            logits[np.arange(B), r.integers(0, V, B)] = 50.0   # a left-out id would win every draw
+            logits[:, ~allowed] += 20.0
         s(cp.asarray(logits), state, kw.get("temperature", 1.0), kw.get("top_k", 0), kw.get("top_p", 1.0))
         state[1] += 1
         got = cp.asnumpy(s.out[:, t])
-        want = [sample_next(logits[i].astype(np.float64), rngs[i], **kw) for i in range(B)]
+        want = [sample_next(logits[i].astype(np.float64) + bias, rngs[i], **kw) for i in range(B)]
         assert got.tolist() == want
+        if masked:
+            assert allowed[got].all()
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +188,38 @@ def test_cpu_and_gpu_fp32_give_the_same_bytes(pair):
     for kw in (dict(temperature=0), dict(seed=3), dict(seed=4, top_k=8, top_p=0.9, temperature=0.8)):
         assert generate(gpu32, tok, n, b"AC", **kw) == generate(cpu, tok, n, b"AC", **kw), kw
     assert generate(gpu32, tok, 150, b"AC", seed=2, samples=3) == generate(cpu, tok, 150, b"AC", seed=2, samples=3)
+
+
+def test_byte_mask_samples_on_the_device(pair, monkeypatch):
+    """Generation's byte mask (the run's byte set: the CLI's default) runs on the on-device decoder,
+    not the host loop: in fp32 it gives the CPU's bytes (the host applies the mask as -inf logits,
+    the device's sampler by itself), only allowed bytes come out, one sample and several, and in
+    fp16 the same seed gives the same bytes. The host paths are made to fail on the GPU model, so
+    falling back to them fails the test."""
+    from bytemodel.decode import generate as gen_mod
+    cfg, cpu, gpu32, gpu16 = pair
+    tok = Tokenizer()
+    allowed = np.zeros(tok.vocab_size, dtype=bool)
+    allowed[list(b"ACGT\n")] = True
+    allowed[tok.doc_id] = True
+    n = 2 * cfg.context + 9
+    want = {}
+    for kw in (dict(temperature=0), dict(seed=3), dict(seed=4, top_k=8, top_p=0.9, temperature=0.8)):
+        want[str(kw)] = generate(cpu, tok, n, b"AC", allowed=allowed, **kw)
+    want_n = generate(cpu, tok, 150, b"AC", seed=2, samples=3, allowed=allowed)
+
+    def no_host(*a, **k):
+        raise AssertionError("the byte mask sent generation to the host loop")
+    monkeypatch.setattr(gen_mod, "plain_ids", no_host)
+    monkeypatch.setattr(gen_mod, "_generate_host", no_host)
+    for kw in (dict(temperature=0), dict(seed=3), dict(seed=4, top_k=8, top_p=0.9, temperature=0.8)):
+        got = generate(gpu32, tok, n, b"AC", allowed=allowed, **kw)
+        assert got == want[str(kw)], kw
+        assert set(got) <= set(b"ACGT\n"), kw
+    assert generate(gpu32, tok, 150, b"AC", seed=2, samples=3, allowed=allowed) == want_n
+    a = generate(gpu16, tok, 300, b"AC", seed=5, samples=2, allowed=allowed)
+    assert a == generate(gpu16, tok, 300, b"AC", seed=5, samples=2, allowed=allowed)
+    assert all(set(x) <= set(b"ACGT\n") for x in a)
 
 
 def test_fp16_same_seed_same_bytes_and_paths(pair, monkeypatch):

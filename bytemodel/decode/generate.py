@@ -15,8 +15,7 @@ forward's arithmetic for one token, bit for bit, in fewer NumPy calls: the same 
 allowed (V,) bool: the ids that may be drawn (the run's byte set, runinfo.RunData.allowed_ids);
 the others get logit -inf before temperature, top-k and top-p, and so does <doc> unless generation
 stops at a document's end (it gives no bytes, and under a mask it could win every draw; greedy
-would then loop). The on-device decoder has no mask:
-with one, generation on a GPU samples on the host (the cached forward still runs on the device).
+would then loop). On the GPU the device's sampler applies the mask (the same -inf logits).
 """
 from __future__ import annotations
 
@@ -189,13 +188,13 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     if n_bytes == 0:
         return outs.result(samples)
     from ..ops import device_decoder
-    dec = device_decoder(model.ops) if engine != "host" and not speculative and bias is None else None
+    dec = device_decoder(model.ops) if engine != "host" and not speculative else None
     if dec is not None and dec.supports(model.cfg, tokenizer.vocab_size) is None:
-        _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed)
+        _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed,
+                         None if bias is None else np.isfinite(bias))
         return outs.result(samples)
     if engine == "device":
-        raise ConfigError("no on-device decoder for this backend or model" if bias is None else
-                          "the on-device decoder samples from every id: no byte mask (any_byte=True)")
+        raise ConfigError("no on-device decoder for this backend or model")
     if samples > 1:
         _generate_host(model, tokenizer, outs, samples, temperature, top_k, top_p, seed, bias)
         return outs.result(samples)
@@ -235,13 +234,14 @@ def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed, b
         logits = masked(steps.push(nxt))
 
 
-def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, seed):
+def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, seed, allowed=None):
     """The on-device decoder: sampling and the model step stay on the GPU (a CUDA graph per
-    step for small batches); the host reads the sampled ids in chunks."""
+    step for small batches); the host reads the sampled ids in chunks. allowed: None, or bool (V,),
+    the byte mask, applied by the device's sampler."""
     ops, cfg = model.ops, model.cfg
     T = cfg.context
     W = model.weights()
-    d = dec.Decoder(model, N, tokenizer.vocab_size, seed, temperature, top_k, top_p)
+    d = dec.Decoder(model, N, tokenizer.vocab_size, seed, temperature, top_k, top_p, allowed=allowed)
 
     def prefill(rows):
         ids = ops.asarray(np.array(rows, dtype=np.int64))

@@ -202,10 +202,17 @@ def _rows(B: int) -> int:
 
 
 class Sampler:
-    """The device sampler alone: logits (B, ld) fp32 -> ids, with per-sequence PCG64 streams."""
+    """The device sampler alone: logits (B, ld) fp32 -> ids, with per-sequence PCG64 streams.
+    allowed: None, or bool (vocab,): the ids that may be drawn (generation's byte mask); the others
+    count as -inf logits, as the host's sampler sees them."""
 
-    def __init__(self, backend, vocab: int, B: int, seed: int, cap: int):
+    def __init__(self, backend, vocab: int, B: int, seed: int, cap: int, allowed=None):
         self.ops, self.V, self.B, self.cap = backend, vocab, B, cap
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)
+            if allowed.shape != (vocab,) or not allowed.any():
+                raise ValueError(f"allowed must be {vocab} booleans with at least one true")
+        self.allowed = None if allowed is None or allowed.all() else cp.asarray(allowed.astype(np.uint8))
         self.P2 = 1 << max(1, (vocab - 1).bit_length())
         from ..sampling import rng_states
         self.rng = cp.asarray(rng_states(seed, B))
@@ -219,7 +226,7 @@ class Sampler:
     def __call__(self, logits, state, temperature: float, top_k: int, top_p: float, launch=None) -> None:
         args = (logits, np.int32(logits.shape[-1]), np.int32(self.V), np.int32(self.P2),
                 np.float32(temperature), np.int32(top_k), np.float64(top_p), self.rng, self.ids,
-                self.out, np.int32(self.cap), state)
+                self.out, np.int32(self.cap), state, np.uint64(0) if self.allowed is None else self.allowed)
         if launch is None:
             self.fn((self.B,), (_THREADS,), args, shared_mem=self.smem)
         else:
@@ -335,10 +342,11 @@ class Decoder:
     Usage (the driver is bytemodel.decode.generate): load logits into `logits` (B, V) and the position
     into `state[0]`, then `step()` any number of times (each samples one token per sequence into
     out[:, state[1]] and advances the model by it), reading `sampler.out` when needed.
+    allowed: None, or bool (vocab,): the only ids drawn (Sampler).
     """
 
     def __init__(self, model, B: int, vocab: int, seed: int, temperature: float, top_k: int,
-                 top_p: float, graph: bool | None = None, mma: bool | None = None):
+                 top_p: float, graph: bool | None = None, mma: bool | None = None, allowed=None):
         ops, cfg = model.ops, model.cfg
         why = supports(cfg, vocab)
         if why:
@@ -364,7 +372,7 @@ class Decoder:
         self.cache = model.new_cache(B, S)
         self.state = cp.zeros((4,), dtype=cp.int32)
         self.logits = cp.zeros((B, Vm), dtype=cp.float32)
-        self.sampler = Sampler(ops, vocab, B, seed, S + 1)
+        self.sampler = Sampler(ops, vocab, B, seed, S + 1, allowed)
         self.pdl = None
         if self.use_graph:
             self._kernel_setup(model, B, S, C, F, H, K, D, Vm)
