@@ -19,7 +19,10 @@
 //   dec_head        RMSNorm + LM head -> logits (B, V) fp32; pos += 1, t += 1
 //
 // state (int[4] on the device): [0] pos, the cache row this step writes; [1] t, steps done in
-// this segment (the column of `out` the sampler writes).
+// this segment (the column of `out` the sampler writes). Bumped by the head every step and read by
+// the next kernels, so never through a `const __restrict__` pointer: under PDL a kernel starts
+// before the one it waits for has finished, and the read-only path (ld.global.nc) may then serve
+// a value from before its last write (the sampler read a stale t that way in a graph of 4 steps).
 //
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
@@ -200,7 +203,7 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
                              const act_t* __restrict__ wte, const act_t* __restrict__ g,
                              const act_t* __restrict__ wt, const float* __restrict__ cosb,
                              const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
-                             act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
+                             act_t* __restrict__ vc, const int* state, int B, int C, int H,
                              int K, int D, int S, float eps) {
     extern __shared__ float xs[];
     PDL_LAUNCH();
@@ -473,7 +476,7 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
                                  const act_t* __restrict__ wte, const act_t* __restrict__ gn,
                                  const act_t* __restrict__ wt, const float* __restrict__ cosb,
                                  const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
-                                 act_t* __restrict__ vc, const int* __restrict__ state, int B, int C, int H,
+                                 act_t* __restrict__ vc, const int* state, int B, int C, int H,
                                  int K, int D, int S, float eps) {
     const int g = (threadIdx.x & 31) >> 2, n_rot = (H + K) * D / 16;
     const bool rot = (int)blockIdx.x < n_rot;
@@ -560,7 +563,7 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
                               const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
                               const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
                               int* tickets, float* att, act_t* atta,
-                              const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
+                              const int* state, int H, int K, int S, int CH, float scale_log2) {
     constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
     constexpr int STEP = NW * KW;
     static_assert(NW * KW == 1024 / D, "AttnShared's size");
@@ -685,7 +688,7 @@ template <int D, bool ACT = false>
 __device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
                               const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
                               int* tickets, float* att, act_t* atta,
-                              const int* __restrict__ state, int H, int K, int S, int CH, float scale_log2) {
+                              const int* state, int H, int K, int S, int CH, float scale_log2) {
     __shared__ AttnShared<D> sh;
     PDL_LAUNCH();
     PDL_WAIT();                                   // q and the cache row just written
@@ -963,14 +966,15 @@ extern "C" __global__ void dec_pdl_probe(int* flag) {   // ops/cuda_decode.py: c
 
 // the logit sampling sees: -inf for an id the mask leaves out (allowed: V bytes, 0 = never drawn; null: every id),
 // so it gets no mass and is never the argmax, as the host's sampler with -inf added to those logits
-__device__ __forceinline__ float masked_logit(const float* __restrict__ lg, const unsigned char* __restrict__ allowed, int i) {
+__device__ __forceinline__ float masked_logit(const float* lg, const unsigned char* __restrict__ allowed, int i) {
     return (allowed == nullptr || allowed[i]) ? lg[i] : -INFINITY;
 }
 
-extern "C" __global__ void dec_sample(const float* __restrict__ logits, int ld, int V, int P2,
+// logits and state are written by the kernel before (the head): plain loads, not the read-only path
+extern "C" __global__ void dec_sample(const float* logits, int ld, int V, int P2,
                                       float temperature, int top_k, double top_p,
                                       unsigned long long* rng, int* ids, int* out, int cap,
-                                      const int* __restrict__ state, const unsigned char* __restrict__ allowed) {
+                                      const int* state, const unsigned char* __restrict__ allowed) {
     extern __shared__ double p[];                       // V
     float* key = reinterpret_cast<float*>(p + V);       // P2 (sorted logits)
     int* idx = reinterpret_cast<int*>(key + P2);        // P2 (their ids)
