@@ -380,3 +380,24 @@ def test_mma_products_bf16_and_repeat(B):
     # the first step only: both paths sample the same id from the same prefill logits there; later
     # greedy ids may part at a near tie, and then the logits are of different inputs
     assert np.abs(runs[0][0] - runs[2][0]).max() <= 0.2 * np.abs(runs[2][0]).max()
+
+
+def test_cli_speculative_on_a_gpu_samples_with_the_device_decoder(tmp_path, monkeypatch):
+    """`generate --speculative` on a GPU: its verify pass runs op by op, 5-12x slower than the
+    on-device decoder (benchmarks/README.md), so the CLI samples with the decoder instead, from the
+    same distribution, and says so: the bytes are the plain command's, and no drafts are reported."""
+    from typer.testing import CliRunner
+    from bytemodel.cli import app
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toy.txt").write_bytes(b"ACGTTGCAAGCT" * 400)
+    r = CliRunner().invoke(app, ["train", "--source", "toy.txt", "--steps", "6", "--context", "32",
+                                 "--batch-size", "4", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
+                                 "--d-ff", "48", "--mtp", "3", "--out", "run", "-q", "--no-baseline"])
+    assert r.exit_code == 0, r.output
+    args = ["generate", "-c", "run", "--bytes", "60", "--seed", "3", "--device", "cuda"]
+    spec = CliRunner().invoke(app, args + ["--speculative"])
+    plain = CliRunner().invoke(app, args)
+    assert spec.exit_code == 0 and plain.exit_code == 0, (spec.output, plain.output)
+    assert "note: on a GPU the on-device decoder" in spec.output
+    assert "drafts accepted" not in spec.output
+    assert spec.stdout_bytes == plain.stdout_bytes and len(plain.stdout_bytes) >= 60
