@@ -22,12 +22,13 @@ from __future__ import annotations
 import codecs
 import os
 import sys
+from contextlib import closing
 
 import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
-from .decode.generate import _check_sampling, plain_ids
+from .decode.generate import _check_sampling, device_ids, plain_ids
 
 MAX_LINE = 1 << 20   # bytes in one input line (a message longer than any context; an endless one is refused)
 
@@ -79,18 +80,28 @@ class Chat:
         return bytes(out)
 
     def _sample(self, history: list[int], out: bytearray, on_bytes) -> None:
-        """Sample after `history` (generation's KV-cache loop and window rule) into out."""
+        """Sample after `history` (generation's KV-cache loop and window rule) into out: on a GPU
+        whose decoder takes the model, on the device (the same ids in fp32, the rng left where
+        the host loop leaves it), else the host loop."""
         if len(out) >= self.max_bytes:
             return
-        for nxt in plain_ids(self.model, history, self.rng, *self.sampling, vocab=self.tok.vocab_size):
-            if nxt in self.specials:
-                break
-            chunk = self.tok.vocab[nxt][: self.max_bytes - len(out)]
-            out += chunk
-            if on_bytes is not None:
-                on_bytes(chunk)
-            if len(out) >= self.max_bytes:
-                break
+        from .ops import device_decoder
+        dec = device_decoder(self.model.ops)
+        V = self.tok.vocab_size
+        if dec is not None and dec.supports(self.model.cfg, V) is None:
+            ids = device_ids(dec, self.model, history, self.rng, *self.sampling, vocab=V)
+        else:
+            ids = plain_ids(self.model, history, self.rng, *self.sampling, vocab=V)
+        with closing(ids):    # also on Ctrl-C: the rng is left after the draws made
+            for nxt in ids:
+                if nxt in self.specials:
+                    break
+                chunk = self.tok.vocab[nxt][: self.max_bytes - len(out)]
+                out += chunk
+                if on_bytes is not None:
+                    on_bytes(chunk)
+                if len(out) >= self.max_bytes:
+                    break
 
 
 class Utf8Stream:

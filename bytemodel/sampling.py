@@ -52,9 +52,16 @@ def rng_states(seed: int, n: int) -> np.ndarray:
     """(n, 4) uint64: the PCG64 state of np.random.default_rng(seed + i), as [state hi, state lo,
     increment hi, increment lo]: where the GPU sampler's streams start (the CPU's generators)."""
     out = np.empty((n, 4), dtype=np.uint64)
-    m64 = (1 << 64) - 1
     for i in range(n):
-        st = np.random.default_rng(seed + i).bit_generator.state["state"]
-        s, inc = st["state"], st["inc"]
-        out[i] = [s >> 64, s & m64, inc >> 64, inc & m64]
+        out[i] = rng_words(np.random.default_rng(seed + i))
     return out
+
+
+def rng_words(rng: np.random.Generator) -> np.ndarray:
+    """(4,) uint64: a PCG64 generator's state now, as rng_states writes it (a GPU sampler stream
+    that goes on from where the host's generator stands)."""
+    st = rng.bit_generator.state
+    if st.get("bit_generator") != "PCG64":
+        raise ValueError(f"the GPU sampler follows PCG64 streams, not {st.get('bit_generator')}")
+    s, inc, m64 = st["state"]["state"], st["state"]["inc"], (1 << 64) - 1
+    return np.array([s >> 64, s & m64, inc >> 64, inc & m64], dtype=np.uint64)

@@ -401,3 +401,35 @@ def test_cli_speculative_on_a_gpu_samples_with_the_device_decoder(tmp_path, monk
     assert "note: on a GPU the on-device decoder" in spec.output
     assert "drafts accepted" not in spec.output
     assert spec.stdout_bytes == plain.stdout_bytes and len(plain.stdout_bytes) >= 60
+
+
+def test_chat_samples_on_the_device_as_the_host_loop(monkeypatch):
+    """Chat on a GPU runs the on-device decoder (decode.generate.device_ids): in fp32 the replies
+    of a conversation are the CPU's, one reply after another from one generator, so each reply
+    leaves that generator where the host loop leaves it (the decoder samples ahead in chunks; replies
+    of random lengths here, ended by a special id or max_bytes); past the context too (a long system
+    message). The host loop is made to fail for the GPU's chat."""
+    from bytemodel import chat as chat_mod
+    from bytemodel.chat import Chat
+    from bytemodel.chat_template import chat_tokenizer
+    from bytemodel.ops import get_backend
+    tok = chat_tokenizer(Tokenizer())
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=64, n_layers=2, n_heads=4, d_ff=96, context=48)
+    ref = Model(cfg, numpy_ops)
+    ref.init_weights(7)
+    flat = ref.ops.to_numpy(ref.params).astype(np.float32) * 3
+    ref.load_flat(flat)
+    gpu = Model(cfg, get_backend("cuda", "fp32"))
+    gpu.load_flat(flat)
+    turns = (b"hello", b"and then?", b"more", b"x" * 30)
+    for kw in (dict(temperature=0.9, seed=3), dict(temperature=0.7, top_k=20, top_p=0.9, seed=4), dict(temperature=0)):
+        a = Chat(ref, tok, b"sys " * 6, max_bytes=70, **kw)
+        want = [a.reply(t) for t in turns]
+        plain = chat_mod.plain_ids
+        monkeypatch.setattr(chat_mod, "plain_ids", lambda *x, **k: (_ for _ in ()).throw(AssertionError("host loop")))
+        b = Chat(gpu, tok, b"sys " * 6, max_bytes=70, **kw)
+        got = [b.reply(t) for t in turns]
+        monkeypatch.setattr(chat_mod, "plain_ids", plain)
+        assert got == want, kw
+        assert b.rng.bit_generator.state == a.rng.bit_generator.state, kw
+        assert len(set(map(len, want))) > 1 or kw.get("temperature") == 0, want   # replies end in different places

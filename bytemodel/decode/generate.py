@@ -104,6 +104,59 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
             step.close()    # the pair's helper thread, if any
 
 
+def device_ids(dec, model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0,
+               vocab: int | None = None, allowed=None, max_chunk: int = 64):
+    """plain_ids on the on-device decoder (dec: ops.device_decoder's module), one sequence: yields ids
+    sampled after `history`, drawn from rng's own PCG64 stream (the device's sampler goes on from
+    where rng stands), with plain_ids' window rule, so where the logits agree (fp32) the ids are
+    plain_ids'. The decoder samples ahead in chunks (8, doubling up to max_chunk); when the caller
+    stops after k ids, rng is left where k draws on the host leave it (greedy draws nothing).
+    allowed: None, or bool (V,), the ids that may be drawn."""
+    import cupy as cp
+    from ..sampling import rng_words
+    ops, T = model.ops, model.cfg.context
+    V = vocab or model.cfg.vocab_size
+    W = model.weights()
+    start = rng.bit_generator.state
+    d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed)
+    d.sampler.rng[...] = cp.asarray(rng_words(rng)[None])
+    history, drawn = list(history), 0
+
+    def prefill(ids):
+        x = ops.asarray(np.array([ids], dtype=np.int64))
+        lg = d.run_prefill(lambda: model.forward_cached(x, d.cache, 0, W))
+        d.begin(lg[:, -1, :], len(ids), W)
+        return len(ids)
+
+    try:
+        pos = prefill(window.start(history, T))
+        t, chunk = 0, 8
+        while True:
+            k = min(chunk, T - pos)
+            full = k <= 0
+            if full:     # the cache is full: one more id from the last logits, then the recent half re-read
+                d.sample_only()
+                k = 1
+            else:
+                d.step(k)
+                pos += k
+            toks = d.tokens(t, t + k)
+            t += k
+            chunk = min(2 * chunk, max_chunk)
+            for j in range(k):
+                nxt = int(toks[0, j])
+                history.append(nxt)
+                drawn += 1
+                yield nxt
+            if full:
+                pos = prefill(window.reread(history, T))
+                t = 0
+    finally:
+        rng.bit_generator.state = start
+        if temperature != 0 and drawn:
+            rng.random(drawn)
+
+
 # draws in a row that give no bytes (<doc> when not stopping there, a chat special) after which a
 # sample ends short: a model whose likeliest id is always <doc> would otherwise loop for ever
 # (greedy on a barely trained model does). A real stream has a byte-giving id far sooner.
