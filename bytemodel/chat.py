@@ -1,7 +1,8 @@
 """Chatting with a model fine-tuned on conversations (bytemodel finetune --chat).
 
 `Chat` keeps the conversation (messages of bytes) and produces the assistant's next reply with a
-KV cache, streaming it as it is sampled:
+KV cache, streaming it as it is sampled (on a GPU through the on-device decoder, the same ids in
+fp32 as the host loop):
     - the prompt is the chat template of the conversation so far, then <assistant>;
     - the reply ends at the first special id the model produces (<end>, normally), or after
       max_bytes;
