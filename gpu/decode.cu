@@ -19,10 +19,14 @@
 //   dec_head        RMSNorm + LM head -> logits (B, V) fp32; pos += 1, t += 1
 //
 // state (int[4] on the device): [0] pos, the cache row this step writes; [1] t, steps done in
-// this segment (the column of `out` the sampler writes). Bumped by the head every step and read by
-// the next kernels, so never through a `const __restrict__` pointer: under PDL a kernel starts
-// before the one it waits for has finished, and the read-only path (ld.global.nc) may then serve
-// a value from before its last write (the sampler read a stale t that way in a graph of 4 steps).
+// this segment (the column of `out` the sampler writes).
+//
+// What a kernel before wrote (state, ids, the residual stream x, a product's input, the logits) is
+// never read through a `const __restrict__` pointer here, which the compiler turns into read-only
+// loads (ld.global.nc): under PDL a kernel starts before the one it waits for has finished, and the
+// read-only path is only promised for data that does not change while the kernel runs, so it may
+// serve a value from before the last write (the sampler read a stale t that way in a graph of four
+// steps on an H100). Plain loads after PDL_WAIT see those writes. Weights and tables keep __restrict__.
 //
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
@@ -67,8 +71,8 @@ template <bool CG> __device__ __forceinline__ vec8 ld8(const act_t* p) {
 // from the embedding wte[ids] (layer 0, also written to xw by block 0), then RMSNorm with gain g
 // when g is given: xs = x * (1 / sqrt(mean(x^2) + eps)) * g (the NumPy reference's order).
 template <int R, bool CG = false>
-__device__ void stage_rows(float* xs, const float* __restrict__ x, const act_t* __restrict__ wte,
-                           const int* __restrict__ ids, float* xw, int b0, int nb, int Cin,
+__device__ void stage_rows(float* xs, const float* x, const act_t* __restrict__ wte,
+                           const int* ids, float* xw, int b0, int nb, int Cin,
                            const act_t* __restrict__ g, float eps) {
     __shared__ float rs[R];
     for (int i = threadIdx.x; i < nb * Cin; i += blockDim.x) {
@@ -199,7 +203,7 @@ __device__ __forceinline__ float swiglu1(float ga, float up) {
 // q -> (B, H, D) fp32, k/v -> cache (B, K, S, D) row pos. A warp item is a pair of outputs:
 // (i, i + D/2) of a q or k head (rotated together), or two adjacent v outputs.
 template <int R>
-__device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* __restrict__ ids,
+__device__ void dec_qkv_impl(const float* x, float* xw, const int* ids,
                              const act_t* __restrict__ wte, const act_t* __restrict__ g,
                              const act_t* __restrict__ wt, const float* __restrict__ cosb,
                              const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
@@ -240,7 +244,7 @@ __device__ void dec_qkv_impl(const float* __restrict__ x, float* xw, const int* 
 // out[b, o] (+)= in[b] . wt[o]: the projections that add into the residual stream (wo, w_down)
 // (accumulate = 1) and the LM head (accumulate = 0, RMSNorm(g) on the way in; bumps pos and t).
 template <int R>
-__device__ void dec_proj_impl(const float* __restrict__ in, const act_t* __restrict__ wt, float* out,
+__device__ void dec_proj_impl(const float* in, const act_t* __restrict__ wt, float* out,
                               const act_t* __restrict__ g, int B, int Cin, int Cout, int accumulate,
                               float eps, int* state) {
     extern __shared__ float xs[];
@@ -271,7 +275,7 @@ __device__ void dec_proj_impl(const float* __restrict__ in, const act_t* __restr
 
 // gate/up + SwiGLU: s[b, j] = silu(gate_j) * up_j, gate_j = RMSNorm(x) . wt[j], up_j = . wt[F + j]
 template <int R>
-__device__ void dec_gateup_impl(const float* __restrict__ x, const act_t* __restrict__ g,
+__device__ void dec_gateup_impl(const float* x, const act_t* __restrict__ g,
                                 const act_t* __restrict__ wt, float* __restrict__ s, int B, int C, int F,
                                 float eps) {
     extern __shared__ float xs[];
@@ -346,8 +350,8 @@ DEC_GEMV_KERNELS(8)
 // stage batch rows b0 .. b0 + NB - 1 (rows past B zero) of the input into xh (NB, Cin + XPAD)
 // act_t: from x (fp32) or wte[ids] (also written to xw by block 0), RMSNorm(g) when g is given
 // (the reference's order: (x * rs) * g, then rounded to act_t)
-__device__ void stage_h(act_t* xh, const float* __restrict__ x, const act_t* __restrict__ wte,
-                        const int* __restrict__ ids, float* xw, int B, int b0, int NB, int Cin,
+__device__ void stage_h(act_t* xh, const float* x, const act_t* __restrict__ wte,
+                        const int* ids, float* xw, int B, int b0, int NB, int Cin,
                         const act_t* __restrict__ g, float eps) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ld = Cin + XPAD;
     for (int r = warp; r < NB; r += DEC_WARPS) {
@@ -472,7 +476,7 @@ __device__ __forceinline__ void mma_rows(const act_t* __restrict__ wt, int ra, i
 // k head; the next K * D / 16 CTAs own 16 consecutive v outputs (rows g and g + 8: outputs i and
 // i + 8 of one head, D % 16 == 0)
 template <int NT>
-__device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const int* __restrict__ ids,
+__device__ void dec_qkv_mma_impl(const float* x, float* xw, const int* ids,
                                  const act_t* __restrict__ wte, const act_t* __restrict__ gn,
                                  const act_t* __restrict__ wt, const float* __restrict__ cosb,
                                  const float* __restrict__ sinb, float* __restrict__ q, act_t* __restrict__ kc,
@@ -490,7 +494,7 @@ __device__ void dec_qkv_mma_impl(const float* __restrict__ x, float* xw, const i
 // out (+)= in . wt on tensor cores (wo, w_down; the LM head with RMSNorm(g), bumping pos and t):
 // CTA i owns output rows 16 i + g and 16 i + g + 8 (rows past Cout read row Cout - 1, never written)
 template <int NT>
-__device__ void dec_proj_mma_impl(const float* __restrict__ in, const act_t* __restrict__ wt, float* out,
+__device__ void dec_proj_mma_impl(const float* in, const act_t* __restrict__ wt, float* out,
                                   const act_t* __restrict__ gn, int B, int Cin, int Cout, int accumulate,
                                   float eps, int* state) {
     const int oa = blockIdx.x * 16 + ((threadIdx.x & 31) >> 2), ob = oa + 8;
@@ -510,7 +514,7 @@ __device__ void dec_proj_mma_impl(const float* __restrict__ in, const act_t* __r
 
 // gate/up + SwiGLU on tensor cores: CTA i owns j = 8 i + g (gate row j, up row F + j)
 template <int NT>
-__device__ void dec_gateup_mma_impl(const float* __restrict__ x, const act_t* __restrict__ gn,
+__device__ void dec_gateup_mma_impl(const float* x, const act_t* __restrict__ gn,
                                     const act_t* __restrict__ wt, float* __restrict__ s, int B, int C, int F,
                                     float eps) {
     const int j = blockIdx.x * 8 + ((threadIdx.x & 31) >> 2), jr = min(j, F - 1);
