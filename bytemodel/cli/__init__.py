@@ -263,7 +263,7 @@ def generate(
             raise ConfigError("--speculative needs a model trained with multi-token heads (train with --mtp 2 or more)")
         if speculative and _device_decoder_takes(lm):
             # drafting and verifying run the cached forward launched op by op, the plain sampler the
-            # on-device decoder: 5-12x faster on an H100 (benchmarks/README.md, "--speculative on the GPU")
+            # on-device decoder: 6-20x faster on an H100 (benchmarks/README.md, "--speculative on the GPU")
             typer.echo("note: on a GPU the on-device decoder is faster than --speculative (its verify pass "
                        "runs op by op): sampling with it instead, from the same distribution", err=True)
             speculative = False

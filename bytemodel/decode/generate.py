@@ -25,7 +25,7 @@ from contextlib import closing
 import numpy as np
 
 from ..errors import ConfigError
-from ..sampling import sample_next
+from ..sampling import rng_words, sample_next
 from ..model import Model
 from . import window
 from .cpu_pair import Pair
@@ -112,14 +112,11 @@ def device_ids(dec, model: Model, history: list, rng: np.random.Generator, tempe
     plain_ids'. The decoder samples ahead in chunks (8, doubling up to max_chunk); when the caller
     stops after k ids, rng is left where k draws on the host leave it (greedy draws nothing).
     allowed: None, or bool (V,), the ids that may be drawn."""
-    import cupy as cp
-    from ..sampling import rng_words
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()
     start = rng.bit_generator.state
-    d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed)
-    d.sampler.rng[...] = cp.asarray(rng_words(rng)[None])
+    d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed, streams=rng_words(rng)[None])
     history, drawn = list(history), 0
 
     def prefill(ids):

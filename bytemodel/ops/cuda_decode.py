@@ -204,9 +204,11 @@ def _rows(B: int) -> int:
 class Sampler:
     """The device sampler alone: logits (B, ld) fp32 -> ids, with per-sequence PCG64 streams.
     allowed: None, or bool (vocab,): the ids that may be drawn (generation's byte mask); the others
-    count as -inf logits, as the host's sampler sees them."""
+    count as -inf logits, as the host's sampler sees them. streams: None (sequence i starts where
+    np.random.default_rng(seed + i) does), or (B, 4) uint64 PCG64 states to start from
+    (sampling.rng_words: where a host generator stands)."""
 
-    def __init__(self, backend, vocab: int, B: int, seed: int, cap: int, allowed=None):
+    def __init__(self, backend, vocab: int, B: int, seed: int, cap: int, allowed=None, streams=None):
         self.ops, self.V, self.B, self.cap = backend, vocab, B, cap
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=bool)
@@ -215,7 +217,7 @@ class Sampler:
         self.allowed = None if allowed is None or allowed.all() else cp.asarray(allowed.astype(np.uint8))
         self.P2 = 1 << max(1, (vocab - 1).bit_length())
         from ..sampling import rng_states
-        self.rng = cp.asarray(rng_states(seed, B))
+        self.rng = cp.asarray(rng_states(seed, B) if streams is None else np.asarray(streams, dtype=np.uint64).reshape(B, 4))
         self.ids = cp.zeros((B,), dtype=cp.int32)
         self.out = cp.zeros((B, cap), dtype=cp.int32)
         self.fn = _module(_FILE, backend.precision).get_function("dec_sample")
@@ -342,11 +344,11 @@ class Decoder:
     Usage (the driver is bytemodel.decode.generate): load logits into `logits` (B, V) and the position
     into `state[0]`, then `step()` any number of times (each samples one token per sequence into
     out[:, state[1]] and advances the model by it), reading `sampler.out` when needed.
-    allowed: None, or bool (vocab,): the only ids drawn (Sampler).
+    allowed: None, or bool (vocab,): the only ids drawn; streams: the sampler's start states (Sampler).
     """
 
     def __init__(self, model, B: int, vocab: int, seed: int, temperature: float, top_k: int,
-                 top_p: float, graph: bool | None = None, mma: bool | None = None, allowed=None):
+                 top_p: float, graph: bool | None = None, mma: bool | None = None, allowed=None, streams=None):
         ops, cfg = model.ops, model.cfg
         why = supports(cfg, vocab)
         if why:
@@ -372,7 +374,7 @@ class Decoder:
         self.cache = model.new_cache(B, S)
         self.state = cp.zeros((4,), dtype=cp.int32)
         self.logits = cp.zeros((B, Vm), dtype=cp.float32)
-        self.sampler = Sampler(ops, vocab, B, seed, S + 1, allowed)
+        self.sampler = Sampler(ops, vocab, B, seed, S + 1, allowed, streams)
         self.pdl = None
         if self.use_graph:
             self._kernel_setup(model, B, S, C, F, H, K, D, Vm)
