@@ -21,12 +21,14 @@
 // state (int[4] on the device): [0] pos, the cache row this step writes; [1] t, steps done in
 // this segment (the column of `out` the sampler writes).
 //
-// What a kernel before wrote (state, ids, the residual stream x, a product's input, the logits) is
-// never read through a `const __restrict__` pointer here, which the compiler turns into read-only
-// loads (ld.global.nc): under PDL a kernel starts before the one it waits for has finished, and the
-// read-only path is only promised for data that does not change while the kernel runs, so it may
-// serve a value from before the last write (the sampler read a stale t that way in a graph of four
-// steps on an H100). Plain loads after PDL_WAIT see those writes. Weights and tables keep __restrict__.
+// What a kernel before wrote (state, ids, the residual stream x, a product's input, the logits) must
+// not be read by read-only loads (ld.global.nc, which the compiler makes of `const __restrict__`
+// pointers): under PDL a kernel starts before the one it waits for has finished, and the read-only
+// path is only promised for data that does not change while the kernel runs, so it may serve a
+// value from before the last write (the sampler read a stale t that way in a graph of four steps on
+// an H100). Plain loads after PDL_WAIT see those writes. So those pointers carry no __restrict__;
+// weights, tables and the byte mask keep it. (The attention's q and cache pointers keep theirs: its
+// PTX has no read-only load after the wait; checked with NVRTC 12.9 in the thirty-first session.)
 //
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
