@@ -38,6 +38,8 @@ class Nvrtc:
                            ("nvrtcGetProgramLogSize", [p, ctypes.POINTER(size)]),
                            ("nvrtcGetProgramLog", [p, ctypes.c_char_p]),
                            ("nvrtcDestroyProgram", [ctypes.POINTER(p)]),
+                           ("nvrtcGetPTXSize", [p, ctypes.POINTER(size)]),
+                           ("nvrtcGetPTX", [p, ctypes.c_char_p]),
                            ("nvrtcVersion", [ctypes.POINTER(ctypes.c_int)] * 2)):
             getattr(lib, name).argtypes, getattr(lib, name).restype = args, ctypes.c_int
         lib.nvrtcGetErrorString.argtypes, lib.nvrtcGetErrorString.restype = [ctypes.c_int], ctypes.c_char_p
@@ -64,9 +66,10 @@ class Nvrtc:
         if rc:
             raise RuntimeError(f"NVRTC: {self._lib.nvrtcGetErrorString(rc).decode()}")
 
-    def compile(self, source: str, name: str, options) -> tuple[bool, str]:
+    def compile(self, source: str, name: str, options, ptx: list | None = None) -> tuple[bool, str]:
         """Compile source (called `name` in the log) with options plus -I of the headers ->
-        (whether it compiled, NVRTC's log: the errors, or warnings and ptxas notes)."""
+        (whether it compiled, NVRTC's log: the errors, or warnings and ptxas notes). ptx: a list
+        the PTX text is appended to when it compiled."""
         lib, prog = self._lib, ctypes.c_void_p()
         self._check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None))
         try:
@@ -76,6 +79,11 @@ class Nvrtc:
             self._check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)))
             log = ctypes.create_string_buffer(size.value)
             self._check(lib.nvrtcGetProgramLog(prog, log))
+            if rc == 0 and ptx is not None:
+                self._check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)))
+                text = ctypes.create_string_buffer(size.value)
+                self._check(lib.nvrtcGetPTX(prog, text))
+                ptx.append(text.value.decode())
         finally:
             lib.nvrtcDestroyProgram(ctypes.byref(prog))
         text = log.value.decode(errors="replace")
