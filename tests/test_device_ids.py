@@ -13,44 +13,51 @@ import pytest
 from bytemodel.chat import Chat
 from bytemodel.chat_template import chat_tokenizer
 from bytemodel.config import ModelConfig
-from bytemodel.decode.generate import device_ids, plain_ids
+from bytemodel.decode.generate import device_ids, generate, plain_ids
 from bytemodel.model import Model
 from bytemodel.ops import numpy_ops
-from bytemodel.sampling import rng_words, sample_next
+from bytemodel.sampling import rng_states, rng_words, sample_next
 from bytemodel.tokenizer import Tokenizer
+
+
+def _generator(w) -> np.random.Generator:
+    g = np.random.Generator(np.random.PCG64())
+    g.bit_generator.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
+                             "state": {"state": (int(w[0]) << 64) | int(w[1]), "inc": (int(w[2]) << 64) | int(w[3])}}
+    return g
 
 
 class _Decoder:
     def __init__(self, model, B, vocab, seed, temperature, top_k, top_p, allowed=None, streams=None):
-        assert B == 1
-        self.model, self.V, self.sampling = model, vocab, (temperature, top_k, top_p)
-        self.cache = model.new_cache(1, model.cfg.context)
-        w = np.asarray(streams, dtype=np.uint64).reshape(4)
-        self.rng = np.random.Generator(np.random.PCG64())
-        self.rng.bit_generator.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
-                                        "state": {"state": (int(w[0]) << 64) | int(w[1]), "inc": (int(w[2]) << 64) | int(w[3])}}
+        self.model, self.B, self.V, self.sampling = model, B, vocab, (temperature, top_k, top_p)
+        self.cache = model.new_cache(B, model.cfg.context)
+        words = rng_states(seed, B) if streams is None else np.asarray(streams, dtype=np.uint64).reshape(B, 4)
+        self.rngs = [_generator(w) for w in words]
         self.bias = 0.0 if allowed is None else np.where(allowed, 0.0, -np.inf)
-        self.out = np.zeros((1, model.cfg.context + 1), dtype=np.int64)
+        self.out = np.zeros((B, model.cfg.context + 1), dtype=np.int64)
 
     def run_prefill(self, fn):
         return fn()
 
     def begin(self, logits_row, pos, W=None):
-        self.logits, self.pos, self.t, self.W = np.asarray(logits_row)[0, :self.V], pos, 0, W
+        lg = np.asarray(logits_row)
+        self.logits = np.broadcast_to(lg, (self.B, lg.shape[-1]))[:, :self.V]
+        self.pos, self.t, self.W = pos, 0, W
 
     def _draw(self):
-        return sample_next(self.logits.astype(np.float64) + self.bias, self.rng, *self.sampling)
+        return [sample_next(self.logits[i].astype(np.float64) + self.bias, self.rngs[i], *self.sampling)
+                for i in range(self.B)]
 
     def step(self, n=1):
         for _ in range(n):
             nxt = self._draw()
-            self.out[0, self.t] = nxt
+            self.out[:, self.t] = nxt
             self.t += 1
-            lg = self.model.forward_cached(np.array([[nxt]]), self.cache, self.pos, self.W)
-            self.logits, self.pos = lg[0, -1, :self.V], self.pos + 1
+            lg = self.model.forward_cached(np.array(nxt)[:, None], self.cache, self.pos, self.W)
+            self.logits, self.pos = lg[:, -1, :self.V], self.pos + 1
 
     def sample_only(self):
-        self.out[0, self.t] = self._draw()
+        self.out[:, self.t] = self._draw()
 
     def tokens(self, t0, t1):
         return self.out[:, t0:t1].copy()
@@ -137,3 +144,21 @@ def test_chat_through_the_device_driver_is_the_host_loops(monkeypatch):
         monkeypatch.undo()
         assert got == want, kw
         assert len({len(r) for r, _ in want}) > 1
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_generate_through_the_device_driver_is_the_host_loops(samples, monkeypatch):
+    """generate's driver of the on-device decoder (_generate_device: chunks, the restart when the
+    cache is full, a shared prompt's cache copied to every sample, the byte mask) through the decoder
+    above gives the host paths' bytes, past the context of 40."""
+    import bytemodel.ops as ops_mod
+    m, tok = _model(257), Tokenizer()
+    allowed = np.zeros(257, dtype=bool)
+    allowed[list(b"ACGT\n")] = True
+    allowed[tok.doc_id] = True
+    for kw in (dict(seed=3), dict(seed=4, top_k=8, top_p=0.9, temperature=0.8), dict(seed=5, allowed=allowed)):
+        want = generate(m, tok, 130, b"AC", samples=samples, **kw)
+        monkeypatch.setattr(ops_mod, "device_decoder", lambda ops: _Module)
+        got = generate(m, tok, 130, b"AC", samples=samples, **kw)
+        monkeypatch.undo()
+        assert got == want, kw

@@ -104,6 +104,20 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
             step.close()    # the pair's helper thread, if any
 
 
+def _chunk(d, t: int, pos: int, k: int):
+    """One chunk of the on-device decoder d: k steps from the cache position pos, or with the cache
+    full (k <= 0) one more id from the last logits, not fed (the caller then re-reads the window).
+    -> (the ids sampled, (B, n) from column t; n; the position after; whether the cache was full)."""
+    full = k <= 0
+    if full:
+        d.sample_only()
+        k = 1
+    else:
+        d.step(k)
+        pos += k
+    return d.tokens(t, t + k), k, pos, full
+
+
 def device_ids(dec, model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0,
                vocab: int | None = None, allowed=None, max_chunk: int = 64):
     """plain_ids on the on-device decoder (dec: ops.device_decoder's module), one sequence: yields ids
@@ -129,15 +143,7 @@ def device_ids(dec, model: Model, history: list, rng: np.random.Generator, tempe
         pos = prefill(window.start(history, T))
         t, chunk = 0, 8
         while True:
-            k = min(chunk, T - pos)
-            full = k <= 0
-            if full:     # the cache is full: one more id from the last logits, then the recent half re-read
-                d.sample_only()
-                k = 1
-            else:
-                d.step(k)
-                pos += k
-            toks = d.tokens(t, t + k)
+            toks, k, pos, full = _chunk(d, t, pos, min(chunk, T - pos))
             t += k
             chunk = min(2 * chunk, max_chunk)
             for j in range(k):
@@ -312,15 +318,7 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
     pos = prefill([window.start(outs.hist[0], T)])
     t, chunk = 0, 8
     while True:
-        k = min(chunk, T - pos, outs.need())
-        full = k <= 0
-        if full:     # the cache is full: one more token from the last logits, then a restart
-            d.sample_only()
-            k = 1
-        else:
-            d.step(k)
-            pos += k
-        toks = d.tokens(t, t + k)
+        toks, k, pos, full = _chunk(d, t, pos, min(chunk, T - pos, outs.need()))
         t += k
         chunk = min(2 * chunk, 256)
         for j in range(k):
