@@ -29,7 +29,7 @@ import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
-from .decode.generate import _check_sampling, device_ids, plain_ids
+from .decode.generate import _check_sampling, device_ids, on_device, plain_ids
 
 MAX_LINE = 1 << 20   # bytes in one input line (a message longer than any context; an endless one is refused)
 
@@ -86,10 +86,9 @@ class Chat:
         the host loop leaves it), else the host loop."""
         if len(out) >= self.max_bytes:
             return
-        from .ops import device_decoder
-        dec = device_decoder(self.model.ops)
         V = self.tok.vocab_size
-        if dec is not None and dec.supports(self.model.cfg, V) is None:
+        dec = on_device(self.model, V)
+        if dec is not None:
             ids = device_ids(dec, self.model, history, self.rng, *self.sampling, vocab=V)
         else:
             ids = plain_ids(self.model, history, self.rng, *self.sampling, vocab=V)

@@ -114,10 +114,7 @@ def test_device_ids_takes_the_mask():
 def test_rng_words_round_trip():
     g = np.random.default_rng(5)
     g.random(3)
-    w = rng_words(g)
-    h = np.random.Generator(np.random.PCG64())
-    h.bit_generator.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
-                             "state": {"state": (int(w[0]) << 64) | int(w[1]), "inc": (int(w[2]) << 64) | int(w[3])}}
+    h = _generator(rng_words(g))
     assert h.random() == g.random()
     with pytest.raises(ValueError):
         rng_words(np.random.Generator(np.random.MT19937(1)))

@@ -261,7 +261,8 @@ def generate(
         lm = load(checkpoint, device=device, precision=precision, last=last)
         if speculative and lm.cfg.mtp < 2:
             raise ConfigError("--speculative needs a model trained with multi-token heads (train with --mtp 2 or more)")
-        if speculative and _device_decoder_takes(lm):
+        from ..decode.generate import on_device
+        if speculative and on_device(lm.model, lm.tokenizer.vocab_size) is not None:
             # drafting and verifying run the cached forward launched op by op, the plain sampler the
             # on-device decoder: 6-20x faster on an H100 (benchmarks/README.md, "--speculative on the GPU")
             typer.echo("note: on a GPU the on-device decoder is faster than --speculative (its verify pass "
@@ -329,13 +330,6 @@ def _note_old_run(lm) -> None:
     note = lm.data.note(lm.path)
     if note:
         typer.echo(note, err=True)
-
-
-def _device_decoder_takes(lm) -> bool:
-    """Whether generation on lm's device runs the on-device decoder (a GPU whose kernels take the model)."""
-    from ..ops import device_decoder
-    dec = device_decoder(lm.model.ops)
-    return dec is not None and dec.supports(lm.cfg, lm.tokenizer.vocab_size) is None
 
 
 def _generate_samples(lm, n_bytes, data_prompt, temperature, top_k, top_p, seed, one_document, samples,

@@ -104,6 +104,14 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
             step.close()    # the pair's helper thread, if any
 
 
+def on_device(model: Model, vocab: int):
+    """The on-device decoder's module (ops/cuda_decode.py) when the model's backend has one whose
+    kernels take this model and vocabulary (a GPU), else None: generation, chat and the CLI ask here."""
+    from ..ops import device_decoder
+    dec = device_decoder(model.ops)
+    return dec if dec is not None and dec.supports(model.cfg, vocab) is None else None
+
+
 def _chunk(d, t: int, pos: int, k: int):
     """One chunk of the on-device decoder d: k steps from the cache position pos, or with the cache
     full (k <= 0) one more id from the last logits, not fed (the caller then re-reads the window).
@@ -243,9 +251,8 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     outs = _Outputs(tokenizer, samples, n_bytes, history, stop_at_doc_end, on_bytes)
     if n_bytes == 0:
         return outs.result(samples)
-    from ..ops import device_decoder
-    dec = device_decoder(model.ops) if engine != "host" and not speculative else None
-    if dec is not None and dec.supports(model.cfg, tokenizer.vocab_size) is None:
+    dec = on_device(model, tokenizer.vocab_size) if engine != "host" and not speculative else None
+    if dec is not None:
         _generate_device(dec, model, tokenizer, outs, samples, temperature, top_k, top_p, seed,
                          None if bias is None else np.isfinite(bias))
         return outs.result(samples)

@@ -210,10 +210,7 @@ class Sampler:
 
     def __init__(self, backend, vocab: int, B: int, seed: int, cap: int, allowed=None, streams=None):
         self.ops, self.V, self.B, self.cap = backend, vocab, B, cap
-        if allowed is not None:
-            allowed = np.asarray(allowed, dtype=bool)
-            if allowed.shape != (vocab,) or not allowed.any():
-                raise ValueError(f"allowed must be {vocab} booleans with at least one true")
+        allowed = None if allowed is None else np.asarray(allowed, dtype=bool)   # (vocab,): generate checked it
         self.allowed = None if allowed is None or allowed.all() else cp.asarray(allowed.astype(np.uint8))
         self.P2 = 1 << max(1, (vocab - 1).bit_length())
         from ..sampling import rng_states
