@@ -8,6 +8,8 @@ in a graph of four steps (thirty-first session). After `griddepcontrol.wait`:
       (dec_gateup_*) make no read-only load at all: their weights are read before the wait, and
       their input (the residual stream, the attention's or SwiGLU's output) was written by the
       kernel before;
+    - the attention over the cache (dec_attn_*) makes none either: q, the new cache row and the
+      step counter were written by dec_qkv;
     - the sampler (dec_sample) reads read-only only the byte mask (bytes: .u8), never the logits
       or the step counter.
 Skipped without NVRTC (the test extra's nvidia-cuda-nvrtc-cu12 wheel)."""
@@ -59,3 +61,13 @@ def test_products_read_nothing_read_only_after_the_wait(ptx):
 def test_the_sampler_reads_only_the_mask_read_only(ptx):
     nc = set(re.findall(r"ld\.global\.nc(\S*)", after_wait(ptx, "dec_sample")))
     assert nc == {".u8"}, nc
+
+
+def test_the_attention_reads_nothing_read_only_after_the_wait(ptx):
+    """dec_attn reads the query and the cache row dec_qkv wrote just before it (and the step
+    counter): all plain loads."""
+    names = entries(ptx, "dec_attn_")
+    assert len(names) >= 10, names           # d16 .. d256, and their act_ twins
+    for name in names:
+        nc = re.findall(r"ld\.global\.nc\S*", after_wait(ptx, name))
+        assert not nc, (name, nc)
