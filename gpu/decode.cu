@@ -47,6 +47,9 @@
 #endif
 
 #define DEC_WARPS 8
+#ifndef DEC_ATTN_PREFETCH
+#define DEC_ATTN_PREFETCH 1     // dec_attn_core loads a warp's keys an iteration ahead (0: as before, for the benchmark)
+#endif
 #define DEC_THREADS (DEC_WARPS * 32)
 #define FULL 0xffffffffu
 
@@ -566,8 +569,8 @@ template <int D> struct AttnShared { float m[1024 / D], l[1024 / D], o[1024]; in
 // persistent step); CG: q and the cache read through L2 (the persistent step wrote them).
 template <int D, bool ACT, bool CG, class Sync>
 __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh, Sync sync,
-                              const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
-                              const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
+                              const float* q, const act_t* qa, i64 qsb, i64 qsh,
+                              const act_t* kc, const act_t* vc, float* part,
                               int* tickets, float* att, act_t* atta,
                               const int* state, int H, int K, int S, int CH, float scale_log2) {
     constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
@@ -594,17 +597,30 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
     float m = -INFINITY, l = 0.f, o[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) o[i] = 0.f;
-    for (int w0 = k0 + warp * KW; w0 < k1; w0 += STEP * U) {      // warp-uniform trip count
-        vec8 kv[U], vv[U];
-        float sc[U];
+    // a warp's U keys of an iteration, loaded one iteration ahead (DEC_ATTN_PREFETCH): the next
+    // iteration's loads are in flight while this one computes; the arithmetic is the same
+    vec8 kv[U], vv[U];
+    auto fetch = [&](int w0, vec8 (&kd)[U], vec8 (&vd)[U]) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
             if (key < k1) {
-                kv[u] = ld8<CG>(kb + (i64)key * D);
-                vv[u] = ld8<CG>(vb + (i64)key * D);
+                kd[u] = ld8<CG>(kb + (i64)key * D);
+                vd[u] = ld8<CG>(vb + (i64)key * D);
             }
         }
+    };
+#if DEC_ATTN_PREFETCH
+    if (k0 + warp * KW < k1) fetch(k0 + warp * KW, kv, vv);
+#endif
+    for (int w0 = k0 + warp * KW; w0 < k1; w0 += STEP * U) {      // warp-uniform trip count
+        float sc[U];
+#if DEC_ATTN_PREFETCH
+        vec8 kn[U], vn[U];
+        if (w0 + STEP * U < k1) fetch(w0 + STEP * U, kn, vn);
+#else
+        fetch(w0, kv, vv);
+#endif
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
@@ -636,6 +652,10 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
             }
             m = mx;
         }
+#if DEC_ATTN_PREFETCH
+#pragma unroll
+        for (int u = 0; u < U; u++) { kv[u] = kn[u]; vv[u] = vn[u]; }
+#endif
     }
     const int gi = warp * KW + grp;
     if (sub == 0) { sh.m[gi] = m; sh.l[gi] = l; }
@@ -691,8 +711,8 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
 }
 
 template <int D, bool ACT = false>
-__device__ void dec_attn_impl(const float* __restrict__ q, const act_t* __restrict__ qa, i64 qsb, i64 qsh,
-                              const act_t* __restrict__ kc, const act_t* __restrict__ vc, float* part,
+__device__ void dec_attn_impl(const float* q, const act_t* qa, i64 qsb, i64 qsh,
+                              const act_t* kc, const act_t* vc, float* part,
                               int* tickets, float* att, act_t* atta,
                               const int* state, int H, int K, int S, int CH, float scale_log2) {
     __shared__ AttnShared<D> sh;

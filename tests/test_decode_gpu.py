@@ -434,3 +434,58 @@ def test_chat_samples_on_the_device_as_the_host_loop(monkeypatch):
         assert got == want, kw
         assert b.rng.bit_generator.state == a.rng.bit_generator.state, kw
         assert len(set(map(len, want))) > 1 or kw.get("temperature") == 0, want   # replies end in different places
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("D", [16, 64, 128])
+def test_attention_loads_ahead_give_the_same_bits(D, precision):
+    """dec_attn_d* / dec_attn_act_d* with their keys loaded an iteration ahead (DEC_ATTN_PREFETCH,
+    the default) against the same kernels without (the arithmetic is the same, so the bytes are),
+    over key counts inside one iteration, on its edge and over several (one split and four, the
+    last split short), GQA; and both against a float64 softmax (a missed or doubled key would be
+    off by far more than 2e-2 at these scales)."""
+    import cupy as cp
+    from bytemodel.ops.cuda_ops import _module, _scale_log2
+    B, H, K, S = 3, 4, 2, 700
+    rng = np.random.default_rng(D)
+    from bytemodel.ops import get_backend
+    ops = get_backend("cuda", precision)
+    kh = rng.standard_normal((B, K, S, D)).astype(np.float32)
+    vh = rng.standard_normal((B, K, S, D)).astype(np.float32)
+    qh = rng.standard_normal((B * H, D)).astype(np.float32)
+    kc, vc = ops._act(kh), ops._act(vh)
+    kq, vq = ops.to_numpy(kc).astype(np.float64), ops.to_numpy(vc).astype(np.float64)
+    qf = cp.asarray(qh)
+    qa = ops._act(qh)
+    outs = {}
+    for pre in (True, False):
+        mod = _module("decode.cu", precision, () if pre else ("DEC_ATTN_PREFETCH=0",))
+        for n in (1, 7, 64, 65, 300, 651):
+            state = cp.asarray(np.array([n - 1, 0, 0, 0], dtype=np.int32))
+            for NS in (1, 4):
+                CH = -(-S // NS)
+                part = cp.zeros((B * H * NS * (D + 2),), dtype=cp.float32)
+                tickets = cp.zeros((B * H,), dtype=cp.int32)
+                att = cp.zeros((B * H, D), dtype=cp.float32)
+                mod.get_function(f"dec_attn_d{D}")((B * H, NS), (128,), (
+                    qf, kc, vc, part, tickets, att, state, np.int32(H), np.int32(K), np.int32(S), np.int32(CH),
+                    np.float32(_scale_log2(D))))
+                a2 = ops._act(np.zeros((B * H, D), dtype=np.float32))
+                mod.get_function(f"dec_attn_act_d{D}")((B * H, NS), (128,), (
+                    qa, np.int64(H * D), np.int64(D), kc, vc, part, tickets, a2, state, np.int32(H), np.int32(K),
+                    np.int32(S), np.int32(CH), np.float32(_scale_log2(D))))
+                outs[pre, n, NS] = (cp.asnumpy(att), ops.to_numpy(a2).astype(np.float32))   # tickets reset by the merge
+                if pre:
+                    qq = qh.reshape(B, H, D)
+                    for b in range(B):
+                        for h in range(H):
+                            g = h // (H // K)
+                            s = kq[b, g, :n] @ qq[b, h].astype(np.float64) / np.sqrt(D)
+                            p = np.exp(s - s.max())
+                            want = p @ vq[b, g, :n] / p.sum()
+                            got = outs[pre, n, NS][0][b * H + h]
+                            assert np.abs(got - want).max() < 2e-2, (n, NS, b, h)
+    for n in (1, 7, 64, 65, 300, 651):
+        for NS in (1, 4):
+            for i in range(2):
+                assert np.array_equal(outs[True, n, NS][i], outs[False, n, NS][i]), (n, NS, i)
