@@ -1,5 +1,4 @@
-"""Chat replies a second: the on-device decoder (kept for the conversation, or made again for every
-reply as before) against the host loop (where chat sampled before).
+"""Chat replies a second: the on-device decoder against the host loop (where chat sampled before).
 
 Random weights of a preset's shape with the chat tokenizer's vocabulary (seed 0), a conversation of
 --turns user messages, replies of at most --max-bytes (a random model ends one at a special id now
@@ -23,9 +22,9 @@ from bytemodel.ops import get_backend
 from bytemodel.tokenizer import Tokenizer
 
 
-def run(model, tok, turns, max_bytes, side):
+def run(model, tok, turns, max_bytes, host):
     saved = ops_mod.device_decoder
-    if side == "host":
+    if host:
         ops_mod.device_decoder = lambda ops: None      # chat._sample then takes the host loop
     try:
         c = Chat(model, tok, b"You are brief.", temperature=1.0, seed=1, max_bytes=max_bytes)
@@ -33,8 +32,6 @@ def run(model, tok, turns, max_bytes, side):
         c.reset()
         n, t = 0, time.perf_counter()
         for i in range(turns):
-            if side == "new":
-                c._device = None                       # device_ids then makes a decoder for this reply
             n += len(c.reply(b"tell me about item %d" % i))
         return n, time.perf_counter() - t
     finally:
@@ -53,9 +50,8 @@ def main():
     cfg = preset(a.preset, tok.vocab_size)
     m = Model(cfg, get_backend(a.device, a.precision))
     m.init_weights(0)
-    for side, key in (("on-device decoder, one for the conversation", "kept"),
-                      ("on-device decoder, a new one every reply", "new"), ("host loop", "host")):
-        n, dt = run(m, tok, a.turns, a.max_bytes, key)
+    for side, host in (("on-device decoder", False), ("host loop", True)):
+        n, dt = run(m, tok, a.turns, a.max_bytes, host)
         print(f"{a.preset} {a.device} {a.precision} {side}: {n} reply bytes in {dt:.2f} s, {n / dt:,.0f} bytes/s", flush=True)
 
 

@@ -51,7 +51,6 @@ class Chat:
         self.rng = np.random.default_rng(seed)
         self.max_bytes = max_bytes
         self.specials = {tokenizer.special_id(s) for s in tokenizer.specials}
-        self._device = {}    # the on-device decoder, kept across replies (device_ids' keep)
         self.reset()
 
     def reset(self) -> None:
@@ -84,13 +83,13 @@ class Chat:
     def _sample(self, history: list[int], out: bytearray, on_bytes) -> None:
         """Sample after `history` (generation's KV-cache loop and window rule) into out: on a GPU
         whose decoder takes the model, on the device (the same ids in fp32, the rng left where
-        the host loop leaves it; one decoder kept for the whole conversation), else the host loop."""
+        the host loop leaves it), else the host loop."""
         if len(out) >= self.max_bytes:
             return
         V = self.tok.vocab_size
         dec = on_device(self.model, V)
         if dec is not None:
-            ids = device_ids(dec, self.model, history, self.rng, *self.sampling, vocab=V, keep=self._device)
+            ids = device_ids(dec, self.model, history, self.rng, *self.sampling, vocab=V)
         else:
             ids = plain_ids(self.model, history, self.rng, *self.sampling, vocab=V)
         with closing(ids):    # also on Ctrl-C: the rng is left after the draws made

@@ -127,29 +127,18 @@ def _chunk(d, t: int, pos: int, k: int):
 
 
 def device_ids(dec, model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0, top_p=1.0,
-               vocab: int | None = None, allowed=None, max_chunk: int = 64, keep: dict | None = None):
+               vocab: int | None = None, allowed=None, max_chunk: int = 64):
     """plain_ids on the on-device decoder (dec: ops.device_decoder's module), one sequence: yields ids
     sampled after `history`, drawn from rng's own PCG64 stream (the device's sampler goes on from
     where rng stands), with plain_ids' window rule, so where the logits agree (fp32) the ids are
     plain_ids'. The decoder samples ahead in chunks (8, doubling up to max_chunk); when the caller
     stops after k ids, rng is left where k draws on the host leave it (greedy draws nothing).
-    allowed: None, or bool (V,), the ids that may be drawn. keep: None, or a dict the caller keeps
-    between calls (a conversation's replies): the decoder is made once, for the first call's
-    sampling and mask, and restarted from rng in later calls with the same ones, so its weight
-    copies and captured steps are not made again for every reply."""
+    allowed: None, or bool (V,), the ids that may be drawn."""
     ops, T = model.ops, model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()
     start = rng.bit_generator.state
-    key = (dec, V, float(temperature), int(top_k), float(top_p),
-           None if allowed is None else np.asarray(allowed, dtype=bool).tobytes())
-    if keep is not None and keep.get("key") == key:
-        d = keep["decoder"]
-        d.restart(rng_words(rng)[None])
-    else:
-        d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed, streams=rng_words(rng)[None])
-        if keep is not None:
-            keep.update(key=key, decoder=d)
+    d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed, streams=rng_words(rng)[None])
     history, drawn = list(history), 0
 
     def prefill(ids):

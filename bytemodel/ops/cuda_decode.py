@@ -569,13 +569,6 @@ class Decoder:
         self._launch_blas_model()
 
     # ------------------------------------------------------------------ driving
-    def restart(self, streams) -> None:
-        """Sample on from these PCG64 states ((B, 4) uint64, as Sampler's streams) in the next segment:
-        a decoder kept across a conversation's replies (its weights, cache and captured steps reused)
-        draws from where the conversation's generator stands."""
-        with self.stream:
-            self.sampler.rng[...] = cp.asarray(np.asarray(streams, dtype=np.uint64).reshape(self.B, 4))
-
     def begin(self, logits_row, pos: int, W=None):
         """Start a segment: logits (B, V) or (V,) for every sequence; the cache holds pos tokens."""
         with self.stream:
