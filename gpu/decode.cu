@@ -47,9 +47,6 @@
 #endif
 
 #define DEC_WARPS 8
-#ifndef DEC_ATTN_PREFETCH
-#define DEC_ATTN_PREFETCH 1     // dec_attn_core loads a warp's keys an iteration ahead (0: as before, for the benchmark)
-#endif
 #define DEC_THREADS (DEC_WARPS * 32)
 #define FULL 0xffffffffu
 
@@ -597,30 +594,17 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
     float m = -INFINITY, l = 0.f, o[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) o[i] = 0.f;
-    // a warp's U keys of an iteration, loaded one iteration ahead (DEC_ATTN_PREFETCH): the next
-    // iteration's loads are in flight while this one computes; the arithmetic is the same
-    vec8 kv[U], vv[U];
-    auto fetch = [&](int w0, vec8 (&kd)[U], vec8 (&vd)[U]) {
+    for (int w0 = k0 + warp * KW; w0 < k1; w0 += STEP * U) {      // warp-uniform trip count
+        vec8 kv[U], vv[U];
+        float sc[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
             if (key < k1) {
-                kd[u] = ld8<CG>(kb + (i64)key * D);
-                vd[u] = ld8<CG>(vb + (i64)key * D);
+                kv[u] = ld8<CG>(kb + (i64)key * D);
+                vv[u] = ld8<CG>(vb + (i64)key * D);
             }
         }
-    };
-#if DEC_ATTN_PREFETCH
-    if (k0 + warp * KW < k1) fetch(k0 + warp * KW, kv, vv);
-#endif
-    for (int w0 = k0 + warp * KW; w0 < k1; w0 += STEP * U) {      // warp-uniform trip count
-        float sc[U];
-#if DEC_ATTN_PREFETCH
-        vec8 kn[U], vn[U];
-        if (w0 + STEP * U < k1) fetch(w0 + STEP * U, kn, vn);
-#else
-        fetch(w0, kv, vv);
-#endif
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
@@ -652,10 +636,6 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
             }
             m = mx;
         }
-#if DEC_ATTN_PREFETCH
-#pragma unroll
-        for (int u = 0; u < U; u++) { kv[u] = kn[u]; vv[u] = vn[u]; }
-#endif
     }
     const int gi = warp * KW + grp;
     if (sub == 0) { sh.m[gi] = m; sh.l[gi] = l; }

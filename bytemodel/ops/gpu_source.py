@@ -40,8 +40,6 @@ def source(name: str) -> str:
 def module_options(file: str, precision: str, defines: tuple = ()) -> tuple:
     """cuda_ops._module's options for gpu/<file> at precision, with -D of each of `defines`."""
     opts = ("-std=c++17", f"-D{MACRO[precision]}") + tuple(f"-D{d}" for d in defines)
-    if file == "decode.cu" and os.environ.get("BYTEMODEL_ATTN_PREFETCH") == "0":
-        opts += ("-DDEC_ATTN_PREFETCH=0",)   # the decode attention without its loads ahead (benchmarks' A/B)
     if file == "flash_attn.cu":
         opts += ("--use_fast_math",)     # ex2.approx / rcp.approx in the softmax; ftz
     return opts
