@@ -241,7 +241,7 @@ if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versio
     exit 0
 fi
 if [ "$only" = kernels ]; then  # one line per kernel of gpu/ (benchmarks/kernels/<op>.py), base shapes, fp16 and bf16
-    for f in embedding rmsnorm rope swiglu residual cross_entropy optim score; do
+    for f in embedding rmsnorm rope swiglu residual cross_entropy optim score decode_attn; do
         for p in fp16 bf16; do
             step "kernels/$f.py $p"
             timeout 60 python3 benchmarks/kernels/$f.py --presets base --precision $p --json "$OUT/kernel_${f}_$p.json" \
