@@ -112,6 +112,26 @@ def on_device(model: Model, vocab: int):
     return dec if dec is not None and dec.supports(model.cfg, vocab) is None else None
 
 
+def _prefill(d, model: Model, rows: list, W) -> int:
+    """Read rows (one prompt per sequence of the on-device decoder d, or one prompt for all of them:
+    run once, its cache copied to every sequence) into d's cache with the backend's cached forward,
+    and start a segment from their last logits. -> the cache position (the prompt's length)."""
+    ids = model.ops.asarray(np.array(rows, dtype=np.int64))
+    if len(rows) == d.B:
+        lg = d.run_prefill(lambda: model.forward_cached(ids, d.cache, 0, W))
+    else:
+        def one():
+            c1 = model.new_cache(1, model.cfg.context)
+            out = model.forward_cached(ids, c1, 0, W)
+            for (kb, vb), (k1, v1) in zip(d.cache, c1):
+                kb[...] = k1
+                vb[...] = v1
+            return out
+        lg = d.run_prefill(one)
+    d.begin(lg[:, -1, :], len(rows[0]), W)
+    return len(rows[0])
+
+
 def _chunk(d, t: int, pos: int, k: int):
     """One chunk of the on-device decoder d: k steps from the cache position pos, or with the cache
     full (k <= 0) one more id from the last logits, not fed (the caller then re-reads the window).
@@ -134,21 +154,14 @@ def device_ids(dec, model: Model, history: list, rng: np.random.Generator, tempe
     plain_ids'. The decoder samples ahead in chunks (8, doubling up to max_chunk); when the caller
     stops after k ids, rng is left where k draws on the host leave it (greedy draws nothing).
     allowed: None, or bool (V,), the ids that may be drawn."""
-    ops, T = model.ops, model.cfg.context
+    T = model.cfg.context
     V = vocab or model.cfg.vocab_size
     W = model.weights()
     start = rng.bit_generator.state
     d = dec.Decoder(model, 1, V, 0, temperature, top_k, top_p, allowed=allowed, streams=rng_words(rng)[None])
     history, drawn = list(history), 0
-
-    def prefill(ids):
-        x = ops.asarray(np.array([ids], dtype=np.int64))
-        lg = d.run_prefill(lambda: model.forward_cached(x, d.cache, 0, W))
-        d.begin(lg[:, -1, :], len(ids), W)
-        return len(ids)
-
     try:
-        pos = prefill(window.start(history, T))
+        pos = _prefill(d, model, [window.start(history, T)], W)
         t, chunk = 0, 8
         while True:
             toks, k, pos, full = _chunk(d, t, pos, min(chunk, T - pos))
@@ -160,7 +173,7 @@ def device_ids(dec, model: Model, history: list, rng: np.random.Generator, tempe
                 drawn += 1
                 yield nxt
             if full:
-                pos = prefill(window.reread(history, T))
+                pos = _prefill(d, model, [window.reread(history, T)], W)
                 t = 0
     finally:
         rng.bit_generator.state = start
@@ -301,28 +314,10 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
     """The on-device decoder: sampling and the model step stay on the GPU (a CUDA graph per
     step for small batches); the host reads the sampled ids in chunks. allowed: None, or bool (V,),
     the byte mask, applied by the device's sampler."""
-    ops, cfg = model.ops, model.cfg
-    T = cfg.context
+    T = model.cfg.context
     W = model.weights()
     d = dec.Decoder(model, N, tokenizer.vocab_size, seed, temperature, top_k, top_p, allowed=allowed)
-
-    def prefill(rows):
-        ids = ops.asarray(np.array(rows, dtype=np.int64))
-        if len(rows) == N:
-            lg = d.run_prefill(lambda: model.forward_cached(ids, d.cache, 0, W))
-        else:   # one shared prompt: run it once, copy its cache to every sample
-            def one():
-                c1 = model.new_cache(1, T)
-                out = model.forward_cached(ids, c1, 0, W)
-                for (kb, vb), (k1, v1) in zip(d.cache, c1):
-                    kb[...] = k1
-                    vb[...] = v1
-                return out
-            lg = d.run_prefill(one)
-        d.begin(lg[:, -1, :], len(rows[0]), W)
-        return len(rows[0])
-
-    pos = prefill([window.start(outs.hist[0], T)])
+    pos = _prefill(d, model, [window.start(outs.hist[0], T)], W)   # one shared prompt, copied to every sample
     t, chunk = 0, 8
     while True:
         toks, k, pos, full = _chunk(d, t, pos, min(chunk, T - pos, outs.need()))
@@ -334,5 +329,5 @@ def _generate_device(dec, model, tokenizer, outs, N, temperature, top_k, top_p, 
         if all(outs.done):
             return
         if full:
-            pos = prefill([window.reread(h, T) for h in outs.hist])
+            pos = _prefill(d, model, [window.reread(h, T) for h in outs.hist], W)
             t = 0
