@@ -223,7 +223,7 @@ fi
 if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versions and the forward, one kernel each
     shape=${NCU_SHAPE:-32,12,1024,64}
     secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats"
-    mets="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*pct_of_peak_sustained_active"
+    mets="regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor.*pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_(xu|fma|fmaheavy|alu|lsu|uniform)\.avg\.pct_of_peak_sustained_active"
     : > "$OUT/ncu.err"
     for V in ${NCU_BWD:-shipped h_staged h_nodq h_pipe} fwd; do   # one kernel each, the first after the checks
         step "ncu: $V at $shape"

@@ -7,7 +7,8 @@ its scaled_dot_product_attention on the same buffers.
 Cases per preset (H heads of D = C / H, the cache S = the preset's context, n keys filled):
   batch1   1 sequence at n = S / 2, split over blocks as the kernel path splits it (Decoder's rule:
            the splits cover the SMs twice, at least 64 keys each), the last block merging
-  gen64    64 sequences at n = 300, one split (the captured cuBLAS step's call, dec_attn_act)
+  gen64    64 sequences at n = 300, one split (the captured cuBLAS step's call, dec_attn_act), and
+           the same split in 2 and 4 (gen64/2, gen64/4: does splitting the keys pay at 64?)
   lockstep 8,192 streams of a 256-token window, full, one split (the compressor's default layout
            on a 10 MB file)
 Bytes counted: the n keys and values of every (sequence, head) read once, q and the output. The
@@ -22,7 +23,8 @@ import numpy as np
 
 from _bench import TOL, check, main, median_ms, row
 
-CASES = (("batch1", 1, None), ("gen64", 64, 300), ("lockstep", 8192, 256))
+CASES = (("batch1", 1, None, None), ("gen64", 64, 300, 1), ("gen64/2", 64, 300, 2), ("gen64/4", 64, 300, 4),
+         ("lockstep", 8192, 256, 1))   # (name, sequences, keys filled, splits: None = the kernel path's rule)
 CHECK_ROWS = 8
 
 
@@ -45,10 +47,10 @@ def run(ops, preset, shape):
     rows = []
     rng = np.random.default_rng(0)
     cp.random.seed(0)
-    for name, B, n in CASES:
+    for name, B, n, NS in CASES:
         S = ctx if n is None else n if name == "lockstep" else ctx
         n = S // 2 if n is None else n
-        NS = max(1, min(math.ceil(S / 64), math.ceil(2 * sms / (B * H)))) if name == "batch1" else 1
+        NS = max(1, min(math.ceil(S / 64), math.ceil(2 * sms / (B * H)))) if NS is None else NS
         CH = math.ceil(S / NS)
         kc = ops._act(cp.random.standard_normal((B, K, S, D), dtype=cp.float32))   # made on the device:
         vc = ops._act(cp.random.standard_normal((B, K, S, D), dtype=cp.float32))   # lockstep's is 3 GB a side
@@ -60,7 +62,7 @@ def run(ops, preset, shape):
         att = cp.zeros((B * H, D), dtype=cp.float32)
         out = ops._act(np.zeros((B * H, D), dtype=np.float32))
         sl, i32 = np.float32(_scale_log2(D)), np.int32
-        if name == "gen64":
+        if name.startswith("gen64"):
             fn, what = mod.get_function(f"dec_attn_act_d{D}"), "dec_attn_act"
             args = (qa, np.int64(H * D), np.int64(D), kc, vc, part, tickets, out, state, i32(H), i32(K), i32(S),
                     i32(CH), sl)
@@ -74,7 +76,7 @@ def run(ops, preset, shape):
             fn((B * H, NS), (128,), args)
         ours()
         # float64 on the first rows: the same rounded cache, q as the kernel read it
-        qq = (ops.to_numpy(qa) if name == "gen64" else qh).astype(np.float64)
+        qq = (ops.to_numpy(qa) if name.startswith("gen64") else qh).astype(np.float64)
         want = np.zeros((CHECK_ROWS, D))
         for r in range(CHECK_ROWS):
             b, h = divmod(r, H)
@@ -83,7 +85,7 @@ def run(ops, preset, shape):
             s = k64 @ qq[r] / math.sqrt(D)
             p = np.exp(s - s.max())
             want[r] = p @ v64 / p.sum()
-        tol = TOL[ops.precision] if name == "gen64" else 1e-5
+        tol = TOL[ops.precision] if name.startswith("gen64") else 1e-5
         err = check(f"{what} {name}", ops.to_numpy(res[:CHECK_ROWS]).astype(np.float64), want, tol)
 
         kv, vv = kc[:, :, :n], vc[:, :, :n]

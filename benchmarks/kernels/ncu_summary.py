@@ -1,5 +1,6 @@
 """A few lines from Nsight Compute's CSV (`ncu --csv --page details ...`, one kernel or more):
-per kernel its duration, throughputs, registers, occupancy, tensor pipe, and the largest warp
+per kernel its duration, throughputs, registers, occupancy, tensor pipe (and the other pipes' issue
+shares: xu is the special functions' pipe, exp2 among them, where asked), and the largest warp
 stall reasons (from `--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio`,
 where asked), so that benchmarks/device_check.sh ncu prints what a call found.
 
@@ -41,7 +42,7 @@ def summary(path) -> list[str]:
     for (kid, name), rs in kernels.items():
         got = {r.get("Metric Name", ""): (r.get("Metric Value", ""), r.get("Metric Unit", "")) for r in rs}
         main = [f"{m} {got[m][0]} {got[m][1]}".strip() for m in WANT if m in got]
-        tensor = [f"{m} {v}" for m, (v, u) in got.items() if "pipe_tensor" in m]
+        tensor = [f"{m} {v}" for m, (v, u) in got.items() if "pipe_tensor" in m or "inst_executed_pipe_" in m]
         stalls = sorted(((number(v), m[len(STALL):].split("_per_issue")[0]) for m, (v, u) in got.items()
                          if m.startswith(STALL) and number(v) is not None), reverse=True)
         out.append(f"{path}: kernel {kid} {name.split('(')[0]}")
