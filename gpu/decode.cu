@@ -33,18 +33,11 @@
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
 
-// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py): every kernel here lets
-// the next one start at once (PDL_LAUNCH) and does what needs nothing from the kernel before it
-// (reading its weight rows) before PDL_WAIT, which holds it until that kernel has finished and its
-// writes are visible. Launched the ordinary way, PDL_WAIT returns at once: the same kernels serve
-// both launches, with the same arithmetic.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#else
-#define PDL_WAIT()
-#define PDL_LAUNCH()
-#endif
+// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py; PDL_WAIT / PDL_LAUNCH in
+// common.cuh): every kernel here lets the next one start at once (PDL_LAUNCH) and does what needs
+// nothing from the kernel before it (reading its weight rows) before PDL_WAIT, which holds it until
+// that kernel has finished and its writes are visible. Launched the ordinary way, PDL_WAIT returns
+// at once: the same kernels serve both launches, with the same arithmetic.
 
 #define DEC_WARPS 8
 #define DEC_THREADS (DEC_WARPS * 32)

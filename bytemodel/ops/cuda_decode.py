@@ -64,6 +64,9 @@ STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm afte
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8): B 16 30,653, B 64 88,417 with both; the compressor at base
                                # 236 -> 277 KB/s compressing, 175 -> 204 decompressing (400 kB, compress.py)
+STEP_PDL = True                # the captured step's own kernels (RoPE + cache write, the attention, each
+                               # add + RMSNorm) launched with PDL where the GPU takes it, so each starts while
+                               # the product before it ends; the same bits. BYTEMODEL_STEP_PDL=0: off
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -232,6 +235,25 @@ class Sampler:
             launch(self.fn, (self.B,), (_THREADS,), args, self.smem)
 
 
+def pdl_launcher(ops, stream):
+    """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, PDL not turned
+    off, a probe kernel launched that way on `stream` ran), else None: the ordinary launches."""
+    from . import gpu_capability
+    if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
+        return None
+    try:
+        from .cuda_launch import Launcher
+        launcher = Launcher()
+        flag = cp.zeros((1,), dtype=cp.int32)
+        cp.cuda.Stream.null.synchronize()       # the zeros (null stream) before the probe (stream)
+        probe = _module(_FILE, ops.precision).get_function("dec_pdl_probe")
+        launcher(probe.kernel.ptr, (1,), (32,), (flag,), 0, stream.ptr)
+        stream.synchronize()
+        return launcher if int(flag[0]) == 1 else None
+    except Exception:       # no driver entry point, no handle: the ordinary launches
+        return None
+
+
 class BlasStep:
     """Model.forward_cached of one token per sequence (T = 1) through the backend's own ops, in
     its order, with the three position-dependent pieces read from device memory, so that a step
@@ -264,6 +286,15 @@ class BlasStep:
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
         self.blas = StreamBlas(stream)
+        self.pdl = pdl_launcher(ops, stream) if STEP_PDL and os.environ.get("BYTEMODEL_STEP_PDL") != "0" else None
+
+    def _k(self, fn, grid, block, args) -> None:
+        """Launch one of the step's own kernels on the current stream: with PDL where set up (it then
+        starts while the product before it ends, gpu/step.cu), else the ordinary way."""
+        if self.pdl is None:
+            fn(grid, block, args)
+        else:
+            self.pdl(fn.kernel.ptr, grid, block, args, 0, cp.cuda.get_current_stream().ptr)
 
     def own_handle(self):
         """A context in which the backend's products use this step's cuBLAS handle (StreamBlas)."""
@@ -288,9 +319,9 @@ class BlasStep:
             it = q.itemsize
             if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
                 a = cp.empty((B, H * D), dtype=o.act_dtype)
-                self.k_attn_act((B * H, 1), (128,), (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it),
-                                                     kc, vc, self.unused, self.unused, a, keys_at, i32(H), i32(K),
-                                                     i32(S), i32(S), np.float32(self.scale_log2)))
+                self._k(self.k_attn_act, (B * H, 1), (128,),
+                        (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it), kc, vc, self.unused,
+                         self.unused, a, keys_at, i32(H), i32(K), i32(S), i32(S), np.float32(self.scale_log2)))
             else:
                 qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
                 att = cp.empty((B * H, D), dtype=cp.float32)
@@ -312,8 +343,8 @@ class BlasStep:
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         if self.k_rope_cache is not None and D % 16 == 0 and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
             q = cp.empty((B, H, 1, D), dtype=o.act_dtype)
-            self.k_rope_cache((_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),
-                              (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
+            self._k(self.k_rope_cache, (_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),
+                    (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
             return q
         q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
         kk = cp.ascontiguousarray(k.reshape(B * K, D))
@@ -330,8 +361,9 @@ class BlasStep:
             x = o.add(x, y)
             return x, o.rmsnorm_forward(x, g, self.cfg.norm_eps)[0]
         xo, out = cp.empty_like(x), cp.empty_like(x)
-        self.k_add_norm(((N + 7) // 8,), (256,), (cp.ascontiguousarray(x), y, o._act(g), xo, out, np.int64(N),
-                                                 np.int32(C), np.float32(self.cfg.norm_eps)))
+        x, g = cp.ascontiguousarray(x), o._act(g)      # (no copies in the step: x is a fresh buffer, g cast once)
+        self._k(self.k_add_norm, ((N + 7) // 8,), (256,), (x, y, g, xo, out, np.int64(N), np.int32(C),
+                                                           np.float32(self.cfg.norm_eps)))
         return xo, out
 
 
@@ -466,22 +498,7 @@ class Decoder:
         return launcher, fn, G, smem
 
     def _pdl_setup(self):
-        """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, a probe
-        kernel launched that way ran), else None: the ordinary launches."""
-        from . import gpu_capability
-        if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
-            return None
-        try:
-            from .cuda_launch import Launcher
-            launcher = Launcher()
-            flag = cp.zeros((1,), dtype=cp.int32)
-            cp.cuda.Stream.null.synchronize()       # the zeros (null stream) before the probe (self.stream)
-            probe = _module(_FILE, self.ops.precision).get_function("dec_pdl_probe")
-            launcher(probe.kernel.ptr, (1,), (32,), (flag,), 0, self.stream.ptr)
-            self.stream.synchronize()
-            return launcher if int(flag[0]) == 1 else None
-        except Exception:       # no driver entry point, no handle: the ordinary launches
-            return None
+        return pdl_launcher(self.ops, self.stream)
 
     def _k(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Launch one kernel of the kernel path on the decoder's stream (with PDL when set up)."""
