@@ -12,8 +12,9 @@ in a graph of four steps (thirty-first session). After `griddepcontrol.wait`:
       step counter were written by dec_qkv;
     - the sampler (dec_sample) reads read-only only the byte mask (bytes: .u8), never the logits
       or the step counter;
-    - the captured cuBLAS step's own kernels (gpu/step.cu step_rope_cache, step_add_rmsnorm), which
-      BlasStep launches with PDL after a product: nothing read-only after the wait.
+    - the captured cuBLAS step's own kernels (gpu/step.cu step_rope_cache, step_add_rmsnorm;
+      gpu/swiglu.cu swiglu_fwd_v8_pdl), which BlasStep launches with PDL after a product: nothing
+      read-only after the wait.
 Skipped without NVRTC (the test extra's nvidia-cuda-nvrtc-cu12 wheel)."""
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def ptx(request):
 
 @pytest.fixture(scope="module", params=["fp16", "bf16", "fp32"])
 def step_ptx(request):
-    return _ptx("step.cu", request.param)
+    return _ptx("step.cu", request.param) + _ptx("swiglu.cu", request.param)
 
 
 def after_wait(ptx: str, entry: str) -> str:
@@ -86,7 +87,8 @@ def test_the_attention_reads_nothing_read_only_after_the_wait(ptx):
 
 def test_the_step_kernels_read_nothing_read_only_after_the_wait(step_ptx):
     """step_rope_cache reads the product's qkv, RoPE's row and state; step_add_rmsnorm the residual
-    stream and the product's output: all written by kernels before, so all plain loads."""
-    for name in ("step_rope_cache", "step_add_rmsnorm"):
+    stream and the product's output; swiglu_fwd_v8_pdl the gate/up product: all written by kernels
+    before, so all plain loads."""
+    for name in ("step_rope_cache", "step_add_rmsnorm", "swiglu_fwd_v8_pdl"):
         nc = re.findall(r"ld\.global\.nc\S*", after_wait(step_ptx, name))
         assert not nc, (name, nc)

@@ -65,7 +65,7 @@ STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm afte
                                # rmsnorm_fwd_v8): B 16 30,653, B 64 88,417 with both; the compressor at base
                                # 236 -> 277 KB/s compressing, 175 -> 204 decompressing (400 kB, compress.py)
 STEP_PDL = True                # the captured step's own kernels (RoPE + cache write, the attention, each
-                               # add + RMSNorm) launched with PDL where the GPU takes it, so each starts while
+                               # add + RMSNorm, SwiGLU) launched with PDL where the GPU takes it, so each starts while
                                # the product before it ends; the same bits. BYTEMODEL_STEP_PDL=0: off
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
@@ -329,11 +329,22 @@ class BlasStep:
                                                   i32(S), np.float32(self.scale_log2)))
                 a = att.astype(o.act_dtype).reshape(B, H * D)
             x, h2 = self._add_norm(x, o.matmul_forward(a, W[p + "wo"]), W[p + "mlp_norm"])
-            u = o.matmul_forward(h2, W[p + "w_gateup"])
-            sw, _ = o.swiglu_forward(u)
+            sw = self._swiglu(o.matmul_forward(h2, W[p + "w_gateup"]))
             nxt = W[f"layers.{i + 1}.attn_norm"] if i + 1 < cfg.n_layers else W["norm_f"]
             x, h1 = self._add_norm(x, o.matmul_forward(sw, W[p + "w_down"]), nxt)
         return o.matmul_forward(h1, m.head(W)[0])
+
+    def _swiglu(self, u):
+        """ops.swiglu_forward's output: with PDL, its kernel's PDL twin (gpu/swiglu.cu swiglu_fwd_v8_pdl,
+        the same arithmetic) launched through _k."""
+        o = self.ops
+        N, F = u.shape[0], u.shape[1] // 2
+        if self.pdl is None or F % 8 or u.dtype != o.act_dtype or not u.flags.c_contiguous:
+            return o.swiglu_forward(u)[0]
+        out = cp.empty((N, F), dtype=o.act_dtype)
+        self._k(o._fn("swiglu_fwd_v8_pdl", "swiglu.cu"), (_blocks_of(N * F // 8),), (_THREADS,),
+                (u, out, np.int64(N), np.int32(F)))
+        return out
 
     def _qkv_to_cache(self, qkv, kc, vc, slot_at, B, S):
         """The projection's (B, (H + 2K) * D) -> q (B, H, 1, D) rotated, the keys rotated and the values
