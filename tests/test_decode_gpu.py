@@ -85,16 +85,19 @@ def test_decode_steps_match_numpy(ci, B, precision, tol, mma):
     assert int(cp.asnumpy(d.state)[0]) == cfg.context
 
 
+@pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize("fused", ["none", "views", "views+add_norm"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("ci", [1, 2])
-def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeypatch):
+def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, monkeypatch):
     """The path `generate --samples N` takes above GRAPH_MAX_BATCH at fp16/bf16: the cuBLAS step
     reading its position on the device, launched every step ("eager") or captured once as a graph
     and replayed, gives the same logit bytes as the backend's cached forward launched from Python
     (Model.forward_cached: the same ops in the same order), every step to the end of the cache,
     greedy ids fed back. (Against the float64 NumPy forward all three are equally far: on the H200,
-    config 2 with the weights x4, 0.088 of the logits' scale at fp16 and 0.34 at bf16.)"""
+    config 2 with the weights x4, 0.088 of the logits' scale at fp16 and 0.34 at bf16.) pdl: the
+    step's own kernels launched with PDL (cuda_decode.STEP_PDL; where the GPU takes it), which
+    must not change a bit."""
     import cupy as cp
     from bytemodel.ops import cuda_decode
     cfg = ModelConfig(**CONFIGS[ci])
@@ -104,6 +107,9 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeyp
     # fused: k, v, q read where the projection left them (STEP_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
     monkeypatch.setattr(cuda_decode, "STEP_VIEWS", fused != "none")
     monkeypatch.setattr(cuda_decode, "STEP_ADD_NORM", fused == "views+add_norm")
+    monkeypatch.setattr(cuda_decode, "STEP_PDL", pdl)
+    monkeypatch.delenv("BYTEMODEL_STEP_PDL", raising=False)
+    monkeypatch.delenv("BYTEMODEL_PDL", raising=False)
     prompt = cp.asarray(np.random.default_rng(ci).integers(0, cfg.vocab_size, (B, P)))
     W = gpu.weights()
     runs = {}
@@ -112,6 +118,9 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeyp
         d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=0, temperature=0.0, top_k=0, top_p=1.0,
                                 graph=False)
         assert d.blas_graph == (mode != "launched") and not d.use_graph
+        if d.blas_graph:   # on compute capability 9.0+ the PDL launches are really made
+            from bytemodel.ops import gpu_capability
+            assert (d._step.pdl is not None) == (pdl and cuda_decode.PDL and gpu_capability() >= (9, 0))
         lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
         d.begin(lg[:, -1, :], P, W)
         logits = []

@@ -64,9 +64,11 @@ STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm afte
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8): B 16 30,653, B 64 88,417 with both; the compressor at base
                                # 236 -> 277 KB/s compressing, 175 -> 204 decompressing (400 kB, compress.py)
-STEP_PDL = True                # the captured step's own kernels (RoPE + cache write, the attention, each
-                               # add + RMSNorm, SwiGLU) launched with PDL where the GPU takes it, so each starts while
-                               # the product before it ends; the same bits. BYTEMODEL_STEP_PDL=0: off
+STEP_PDL = False               # the captured step's own kernels (RoPE + cache write, the attention, each
+                               # add + RMSNorm, SwiGLU) launched with PDL where the GPU takes it, so each starts
+                               # while the product before it ends; meant to give the same bits. Written in the
+                               # thirty-third session and not yet run on a GPU (no device lent after it was
+                               # written), so off; BYTEMODEL_STEP_PDL=1 / 0 turns it on / off whatever this says
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -286,7 +288,8 @@ class BlasStep:
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
         self.blas = StreamBlas(stream)
-        self.pdl = pdl_launcher(ops, stream) if STEP_PDL and os.environ.get("BYTEMODEL_STEP_PDL") != "0" else None
+        on = os.environ.get("BYTEMODEL_STEP_PDL", "1" if STEP_PDL else "0") != "0"
+        self.pdl = pdl_launcher(ops, stream) if on else None
 
     def _k(self, fn, grid, block, args) -> None:
         """Launch one of the step's own kernels on the current stream: with PDL where set up (it then
