@@ -77,6 +77,37 @@ def hf_scorer(name, data: bytes, batch: int):
     return run, err
 
 
+def train_forward(m, data: bytes, B: int):
+    """-> (run, bytes): a training step's forward pass (Model.forward: activations kept, per-token
+    losses) over `data` cut into windows of T, the preset's training batch at a time, split over
+    the trainer's CPU workers with BLAS held as training holds it (training/runner.CoreParallel);
+    B: the preset's training batch; run() returns the summed loss in bits (over every position: a window's first bytes have less
+    context than score gives them)."""
+    from bytemodel.training.runner import CoreParallel
+    T = m.cfg.context
+    ids = np.frombuffer(data, np.uint8).astype(np.int64)
+    n = (len(ids) - 1) // T
+    x, y = ids[:n * T].reshape(n, T), ids[1:n * T + 1].reshape(n, T)
+    cp_ = CoreParallel(m)
+    o = m.ops
+
+    def fwd(r, xs, ys):
+        return float(o.to_numpy(r.forward(o.asarray(xs), o.asarray(ys))).astype(np.float64).sum())
+
+    def run():
+        total = 0.0
+        for i in range(0, n, B):
+            xb, yb = x[i:i + B], y[i:i + B]
+            if cp_.pool is None or len(xb) == 1:
+                total += fwd(m, xb, yb)
+                continue
+            parts = cp_._slices(len(xb))
+            total += sum(cp_._run(lambda: [f.result() for f in [cp_.pool.submit(fwd, r, xb[s], yb[s])
+                                                                 for r, s in zip(cp_.replicas, parts)]]))
+        return total / np.log(2)
+    return run, n * T
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -88,6 +119,10 @@ def main():
     ap.add_argument("--hf", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--plain-malloc", action="store_true", help="glibc's defaults, not the CLI's roomy_malloc")
+    ap.add_argument("--train-forward", action="store_true",
+                    help="also time a training step's forward pass over the same bytes (issue 24: score at "
+                         "least as fast per byte): windows of T side by side, each byte once, the preset's "
+                         "training batch split over the trainer's workers as training splits it")
     a = ap.parse_args()
     from bytemodel.cli.memory import roomy_malloc
     from bytemodel.ops import get_backend
@@ -107,6 +142,11 @@ def main():
         run, err = hf_scorer(a.preset, data, Scorer(m).batch)
         sides["transformers forward (same windows)"] = run
         sizes["transformers forward (same windows)"] = len(data)
+    if a.train_forward:
+        from bytemodel.training.autoconf import PRESET_TRAIN
+        run, n = train_forward(m, data, PRESET_TRAIN[a.preset]["batch_size"])
+        sides["training forward (the trainer's batch and workers, each byte once)"] = run
+        sizes["training forward (the trainer's batch and workers, each byte once)"] = n
     score(m, tok, data[:20000])         # compile, warm up
     reference_score(m, tok, data[:2000])
     rates = {k: [] for k in sides}
@@ -119,12 +159,19 @@ def main():
             sync(a.device)
             rates[k].append(sizes[k] / (time.perf_counter() - t))
     res = {k: statistics.median(v) for k, v in rates.items()}
+    # tokens through the model a second: score and the old path read every window whole (half of
+    # each overlaps the last), the training forward each byte once
+    T = cfg.context
+    per_byte = {k: 1.0 for k in sides}
+    for k, d in (("ours (score)", data), ("before (one window at a time, host float64)", ref_data)):
+        ids = np.concatenate([[tok.doc_id], np.frombuffer(d, np.uint8)]).astype(np.int64)
+        per_byte[k] = sum(len(x) for x, _, _ in doc_windows([ids], T)) / len(d)
     print(f"{a.device} {precision} {a.preset}: {len(data):,} bytes; malloc {'roomy (as the CLI)' if roomy else 'plain'}")
-    print("| side | bytes | bits/byte | bytes/s | ratio to ours |")
-    print("|---|---:|---:|---:|---:|")
+    print("| side | bytes | bits/byte | bytes/s | ratio to ours | tokens through the model a second |")
+    print("|---|---:|---:|---:|---:|---:|")
     ours = res["ours (score)"]
     for k, v in res.items():
-        print(f"| {k} | {sizes[k]:,} | {bits[k] / sizes[k]:.4f} | {v:,.0f} | {v / ours:.3f} |")
+        print(f"| {k} | {sizes[k]:,} | {bits[k] / sizes[k]:.4f} | {v:,.0f} | {v / ours:.3f} | {v * per_byte[k]:,.0f} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"rates": res, "bits": bits, "sizes": sizes}))
 
