@@ -86,7 +86,7 @@ def test_decode_steps_match_numpy(ci, B, precision, tol, mma):
 
 
 @pytest.mark.parametrize("pdl", [False, True])
-@pytest.mark.parametrize("fused", ["none", "views", "views+add_norm"])
+@pytest.mark.parametrize("fused", ["none", "views", "views+add_norm", "views+add_norm+rope_attn"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("ci", [1, 2])
 def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, monkeypatch):
@@ -107,8 +107,11 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, mo
     # fused: k, v, q read where the projection left them (STEP_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
     monkeypatch.setattr(cuda_decode, "STEP_VIEWS", fused != "none")
     monkeypatch.setattr(cuda_decode, "STEP_ADD_NORM", fused == "views+add_norm")
+    # ... and RoPE, the cache write and the attention in one launch (STEP_ROPE_ATTN)
+    monkeypatch.setattr(cuda_decode, "STEP_ROPE_ATTN", fused.endswith("rope_attn"))
     monkeypatch.setattr(cuda_decode, "STEP_PDL", pdl)
-    monkeypatch.delenv("BYTEMODEL_STEP_PDL", raising=False)
+    for var in ("BYTEMODEL_STEP_PDL", "BYTEMODEL_STEP_ROPE_ATTN"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.delenv("BYTEMODEL_PDL", raising=False)
     prompt = cp.asarray(np.random.default_rng(ci).integers(0, cfg.vocab_size, (B, P)))
     W = gpu.weights()
@@ -118,9 +121,10 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, mo
         d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=0, temperature=0.0, top_k=0, top_p=1.0,
                                 graph=False)
         assert d.blas_graph == (mode != "launched") and not d.use_graph
-        if d.blas_graph:   # on compute capability 9.0+ the PDL launches are really made
+        if d.blas_graph:   # on compute capability 9.0+ the PDL launches are really made; the fused kernel is used
             from bytemodel.ops import gpu_capability
             assert (d._step.pdl is not None) == (pdl and cuda_decode.PDL and gpu_capability() >= (9, 0))
+            assert (d._step.k_attn_rope is not None) == fused.endswith("rope_attn")
         lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
         d.begin(lg[:, -1, :], P, W)
         logits = []

@@ -69,6 +69,10 @@ STEP_PDL = False               # the captured step's own kernels (RoPE + cache w
                                # while the product before it ends; meant to give the same bits. Written in the
                                # thirty-third session and not yet run on a GPU (no device lent after it was
                                # written), so off; BYTEMODEL_STEP_PDL=1 / 0 turns it on / off whatever this says
+STEP_ROPE_ATTN = False         # with STEP_VIEWS: RoPE, the cache write and the attention in one launch a layer
+                               # (gpu/decode.cu dec_attn_rope_d*: step_rope_cache's and dec_attn_act's arithmetic,
+                               # meant to give the same bits). Written in the thirty-third session, not yet run on a
+                               # GPU, so off; BYTEMODEL_STEP_ROPE_ATTN=1 / 0 turns it on / off whatever this says
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -284,6 +288,9 @@ class BlasStep:
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
         self.k_attn_act = _module(_FILE, ops.precision).get_function(f"dec_attn_act_d{D}") if STEP_VIEWS else None
+        rope_attn = os.environ.get("BYTEMODEL_STEP_ROPE_ATTN", "1" if STEP_ROPE_ATTN else "0") != "0"
+        self.k_attn_rope = (_module(_FILE, ops.precision).get_function(f"dec_attn_rope_d{D}")
+                            if STEP_VIEWS and rope_attn and D % 16 == 0 else None)
         self.unused = cp.zeros((1,), dtype=cp.float32)    # the split buffers a one-split attention never touches
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
@@ -308,7 +315,7 @@ class BlasStep:
         cache: the layers' (keys, values) (B, K, S, D). Nothing here reads a position on the host."""
         m, o, cfg = self.model, self.ops, self.cfg
         B = ids.shape[0]
-        H, K, D, C = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_model
+        D, C = cfg.head_dim, cfg.d_model
         W, eps, i32 = self.W, cfg.norm_eps, np.int32
         S = cache[0][0].shape[2]
         self.k_rope_row((1,), (max(32, D // 2),), (cos_t, sin_t, self.cos1, self.sin1, rope_at, i32(D // 2)))
@@ -318,24 +325,38 @@ class BlasStep:
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
             kc, vc = cache[i]
-            q = self._qkv_to_cache(o.matmul_forward(h1, W[p + "wqkv"]), kc, vc, slot_at, B, S)
-            it = q.itemsize
-            if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
-                a = cp.empty((B, H * D), dtype=o.act_dtype)
-                self._k(self.k_attn_act, (B * H, 1), (128,),
-                        (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it), kc, vc, self.unused,
-                         self.unused, a, keys_at, i32(H), i32(K), i32(S), i32(S), np.float32(self.scale_log2)))
-            else:
-                qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
-                att = cp.empty((B * H, D), dtype=cp.float32)
-                self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
-                                                  i32(S), np.float32(self.scale_log2)))
-                a = att.astype(o.act_dtype).reshape(B, H * D)
+            a = self._attention(o.matmul_forward(h1, W[p + "wqkv"]), kc, vc, slot_at, keys_at, B, S)
             x, h2 = self._add_norm(x, o.matmul_forward(a, W[p + "wo"]), W[p + "mlp_norm"])
             sw = self._swiglu(o.matmul_forward(h2, W[p + "w_gateup"]))
             nxt = W[f"layers.{i + 1}.attn_norm"] if i + 1 < cfg.n_layers else W["norm_f"]
             x, h1 = self._add_norm(x, o.matmul_forward(sw, W[p + "w_down"]), nxt)
         return o.matmul_forward(h1, m.head(W)[0])
+
+    def _attention(self, qkv, kc, vc, slot_at, keys_at, B, S):
+        """The projection's (B, (H + 2K) D) -> the attention's output (B, H D) in the activation dtype,
+        the new keys and values written into the cache at slot_at[0], keys_at[0] + 1 keys attended:
+        dec_attn_rope's one launch (STEP_ROPE_ATTN), or RoPE and the cache write (_qkv_to_cache) then
+        dec_attn_act on q as it is (STEP_VIEWS), or dec_attn on a float32 copy of q."""
+        o, cfg, i32 = self.ops, self.cfg, np.int32
+        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        sl = np.float32(self.scale_log2)
+        if self.k_attn_rope is not None and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
+            a = cp.empty((B, H * D), dtype=o.act_dtype)
+            self._k(self.k_attn_rope, (B * H, 1), (128,),
+                    (qkv, self.cos1, self.sin1, kc, vc, a, slot_at, keys_at, i32(H), i32(K), i32(S), sl))
+            return a
+        q = self._qkv_to_cache(qkv, kc, vc, slot_at, B, S)
+        it = q.itemsize
+        if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
+            a = cp.empty((B, H * D), dtype=o.act_dtype)
+            self._k(self.k_attn_act, (B * H, 1), (128,),
+                    (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it), kc, vc, self.unused,
+                     self.unused, a, keys_at, i32(H), i32(K), i32(S), i32(S), sl))
+            return a
+        qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
+        att = cp.empty((B * H, D), dtype=cp.float32)
+        self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S), i32(S), sl))
+        return att.astype(o.act_dtype).reshape(B, H * D)
 
     def _swiglu(self, u):
         """ops.swiglu_forward's output: with PDL, its kernel's PDL twin (gpu/swiglu.cu swiglu_fwd_v8_pdl,
