@@ -3,7 +3,9 @@
 `Chat` keeps the conversation (messages of bytes) and produces the assistant's next reply with a
 KV cache, streaming it as it is sampled (on a GPU through the on-device decoder, the same ids in
 fp32 as the host loop):
-    - the prompt is the chat template of the conversation so far, then <assistant>;
+    - the prompt is the chat template of the conversation so far, then <assistant>; on the host
+      loop the conversation's KV cache is kept between replies (decode/generate.KeptCache), so a
+      reply reads only what follows the part of the prompt the cache already holds;
     - the reply ends at the first special id the model produces (<end>, normally), or after
       max_bytes;
     - the conversation is kept within the context window: the oldest turns (not a system
@@ -29,7 +31,7 @@ import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
 from .errors import ConfigError
-from .decode.generate import _check_sampling, device_ids, on_device, plain_ids
+from .decode.generate import KeptCache, _check_sampling, device_ids, on_device, plain_ids
 
 MAX_LINE = 1 << 20   # bytes in one input line (a message longer than any context; an endless one is refused)
 
@@ -55,6 +57,7 @@ class Chat:
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.kept = KeptCache()     # the host loop's cache of this conversation: a reply reads only its new turn
 
     def prompt(self) -> list[int]:
         """<doc> + the template of the conversation + <assistant>, within KEEP of the context."""
@@ -91,7 +94,7 @@ class Chat:
         if dec is not None:
             ids = device_ids(dec, self.model, history, self.rng, *self.sampling, vocab=V)
         else:
-            ids = plain_ids(self.model, history, self.rng, *self.sampling, vocab=V)
+            ids = plain_ids(self.model, history, self.rng, *self.sampling, vocab=V, kept=self.kept)
         with closing(ids):    # also on Ctrl-C: the rng is left after the draws made
             for nxt in ids:
                 if nxt in self.specials:

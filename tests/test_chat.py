@@ -109,6 +109,75 @@ def test_chat_stops_at_end_and_keeps_the_window():
     assert parse(p[1:-1], TOK) == [{"role": "system", "content": b"sys"}, {"role": "user", "content": b"q"}]
 
 
+class _KeptStub(_Stub):
+    """_Stub with a cache object, so Chat's kept cache (decode.generate.KeptCache) is used."""
+
+    def new_cache(self, B, S):
+        return ["a cache"]
+
+
+def test_a_reply_reads_only_its_new_turn():
+    """The conversation's keys and values are kept between replies: the second reply's first read
+    starts after what the first one read and fed (its prompt, then every reply id but the <end>
+    that stopped it, which was sampled and never fed), and reads only the rest."""
+    e = TOK.special_id("<end>")
+    m = _KeptStub([104, 105, e, 111, 107, e], context=64)
+    c = Chat(m, TOK, system=b"sys", temperature=0)
+    c.messages.append({"role": "user", "content": b"hello"})
+    p1 = c.prompt()
+    c.messages.pop()
+    assert c.reply(b"hello") == b"hi"
+    assert m.calls == [(len(p1), 0), (1, len(p1)), (1, len(p1) + 1)]
+    assert c.kept.ids == p1 + [104, 105]
+    m.calls.clear()
+    c.messages.append({"role": "user", "content": b"again"})
+    p2 = c.prompt()
+    c.messages.pop()
+    assert p2[:len(p1) + 2] == p1 + [104, 105]
+    assert c.reply(b"again") == b"ok"
+    assert m.calls[0] == (len(p2) - len(p1) - 2, len(p1) + 2)
+    c.reset()                        # a new conversation starts from an empty cache
+    m.ids, m.calls = [120, e], []
+    c.reply(b"new")
+    assert m.calls[0][1] == 0
+
+
+def test_the_kept_cache_holds_what_a_whole_read_gives():
+    """A real model over three turns: after each reply the kept cache's rows are those a fresh
+    read of the same ids writes (float32: the rows come from reads of other lengths, so the
+    products round differently; 1e-4 of their scale), and the next reply reads from there."""
+    from bytemodel.config import ModelConfig
+    from bytemodel.model import Model
+    from bytemodel.ops import numpy_ops
+    cfg = ModelConfig(vocab_size=TOK.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=64, context=128)
+    m = Model(cfg, numpy_ops)
+    m.init_weights(3)
+    c = Chat(m, TOK, system=b"be brief", temperature=1.0, seed=2, max_bytes=12)
+    starts, read = [], m.forward_cached
+
+    def recording(idx, cache, pos, W=None, **kw):
+        if idx.shape[1] > 1:
+            starts.append(pos)       # a read (a fed id is one token)
+        return read(idx, cache, pos, W, **kw)
+    m.forward_cached = recording
+    held = 0
+    for turn in (b"one", b"two", b"three"):
+        c.reply(turn)
+        assert starts[-1] == held    # this reply's read began where the last reply's cache ended
+        ids = c.kept.ids
+        c.messages.append({"role": "user", "content": b"next"})
+        nxt = c.prompt()
+        c.messages.pop()
+        assert nxt[:len(ids)] == ids and len(ids) > len(c.prompt()) // 2   # what the next reply reuses
+        held = len(ids)
+        fresh = m.new_cache(1, cfg.context)
+        m.forward_cached(np.array([ids]), fresh, 0)
+        for (k, v), (k2, v2) in zip(c.kept.cache, fresh):
+            for a, b in ((k, k2), (v, v2)):
+                a, b = a[:, :, :len(ids)], b[:, :, :len(ids)]
+                assert np.abs(a - b).max() <= 1e-4 * np.abs(b).max(), turn
+
+
 def test_prompt_drops_oldest_turns_first_and_keeps_the_system_message():
     c = Chat(_Stub([], context=64), TOK, system=b"S", temperature=0)
     for i in range(6):

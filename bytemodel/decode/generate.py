@@ -50,11 +50,33 @@ def _check_sampling(temperature, top_k, top_p):
         raise ConfigError(f"top-p must be in (0, 1], got {top_p}")
 
 
+class KeptCache:
+    """A KV cache kept from one plain_ids call to the next (chat: one per conversation) and the ids
+    whose keys and values its rows 0 .. len(ids) - 1 hold. A call whose history starts with some of
+    them reads only the rest (each reply would otherwise read the whole conversation again)."""
+
+    def __init__(self):
+        self.cache, self.ids = None, []
+
+    def common(self, ids: list) -> int:
+        """How many leading ids of `ids` the cache holds (at most len(ids) - 1: one is read anew,
+        for the logits after it)."""
+        n = min(len(self.ids), len(ids) - 1)
+        for i in range(n):
+            if self.ids[i] != ids[i]:
+                return i
+        return max(n, 0)
+
+
 def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature=1.0, top_k=0,
-              top_p=1.0, vocab: int | None = None, bias=None, pair: bool = False, blas_libs=()):
+              top_p=1.0, vocab: int | None = None, bias=None, pair: bool = False, blas_libs=(),
+              kept: KeptCache | None = None):
     """Yields ids sampled after `history` one at a time: one cached forward per token.
 
     When the cache is full, the recent half of the history is re-read into a fresh cache.
+    kept: a KeptCache the first read starts from where its ids are a prefix of the history (the
+    rest read at their positions; the figures then differ from a whole read by float rounding
+    only), and which is left holding what this call read and fed.
     bias (V,) float64: added to the logits (0, or -inf for an id that may not be drawn).
     pair: the caller holds BLAS to one thread (cpu_step.OneBlasThread): the CPU step may run its
     large products on two threads (cpu_step.pair_for; the same bits). blas_libs: that hold's
@@ -71,11 +93,18 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         threads = BlasThreads(blas_libs) if two and TWO_BLAS_STEP and not PAIR_STEP and blas_libs else None
         step = OneToken(model, None, W, Pair() if two and PAIR_STEP else None, threads)
 
-    def prefill(ids):
+    def prefill(ids, reuse=False):
         if step is not None and step.threads is not None:
             step.threads.one()      # a prefill's products split by thread count: at one, as held
-        cache = model.new_cache(1, T)
-        logits = model.forward_cached(ops.asarray(np.array([ids], dtype=np.int64)), cache, 0, W)
+        c = kept.common(ids) if reuse and kept is not None and kept.cache is not None else 0
+        if c:
+            cache = kept.cache
+            del kept.ids[c:]        # rows c.. are rewritten now: held by nothing until this read ends
+        else:
+            cache = model.new_cache(1, T)
+        logits = model.forward_cached(ops.asarray(np.array([ids[c:]], dtype=np.int64)), cache, c, W)
+        if kept is not None:
+            kept.cache, kept.ids = cache, list(ids)
         return cache, len(ids), masked(logits[0, -1, :V])
 
     def masked(row):
@@ -83,7 +112,7 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
         return z if bias is None else z + bias
 
     try:
-        cache, pos, logits = prefill(window.start(history, T))
+        cache, pos, logits = prefill(window.start(history, T), reuse=True)
         while True:
             nxt = sample_next(logits, rng, temperature, top_k, top_p)
             history.append(nxt)
@@ -98,6 +127,8 @@ def plain_ids(model: Model, history: list, rng: np.random.Generator, temperature
             else:
                 row = model.forward_cached(ops.asarray(np.array([[nxt]], dtype=np.int64)), cache, pos, W)[0, -1]
             pos += 1
+            if kept is not None:
+                kept.ids.append(nxt)
             logits = masked(row[:V])
     finally:
         if step is not None:
