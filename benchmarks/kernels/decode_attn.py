@@ -121,6 +121,7 @@ def run(ops, preset, shape):
 def rope_case(ops, preset, shape, rng):
     """dec_attn_rope (one launch) against step_rope_cache + dec_attn_act: the same bytes, then timed."""
     import cupy as cp
+    from bytemodel.ops.cuda_decode import _THREADS, _blocks_of
     from bytemodel.ops.cuda_ops import _module, _scale_log2
     _, ctx, C, _, H = shape
     D, K, B, n, S = C // H, H, 64, 300, ctx
@@ -143,7 +144,7 @@ def rope_case(ops, preset, shape, rng):
     a2 = a1.copy()
 
     def two():
-        rope_cache((max(1, min(1024, (B * (H + 2 * K) * (D // 16) + 255) // 256)),), (256,),
+        rope_cache((_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),     # as BlasStep launches it
                    (qkv, cos1, sin1, q, kc1, vc1, state, i32(B), i32(H), i32(K), i32(S), i32(D)))
         attn((B * H, 1), (128,), (q, np.int64(H * D), np.int64(D), kc1, vc1, unused, unused, a1, state, i32(H),
                                   i32(K), i32(S), i32(S), sl))

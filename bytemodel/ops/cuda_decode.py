@@ -241,6 +241,11 @@ class Sampler:
             launch(self.fn, (self.B,), (_THREADS,), args, self.smem)
 
 
+def _switch(default: bool, var: str) -> bool:
+    """A module switch, unless the environment variable `var` says 1 (on) or 0 (off)."""
+    return os.environ.get(var, "1" if default else "0") != "0"
+
+
 def pdl_launcher(ops, stream):
     """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, PDL not turned
     off, a probe kernel launched that way on `stream` ran), else None: the ordinary launches."""
@@ -288,15 +293,14 @@ class BlasStep:
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
         self.k_attn_act = _module(_FILE, ops.precision).get_function(f"dec_attn_act_d{D}") if STEP_VIEWS else None
-        rope_attn = os.environ.get("BYTEMODEL_STEP_ROPE_ATTN", "1" if STEP_ROPE_ATTN else "0") != "0"
         self.k_attn_rope = (_module(_FILE, ops.precision).get_function(f"dec_attn_rope_d{D}")
-                            if STEP_VIEWS and rope_attn and D % 16 == 0 else None)
+                            if STEP_VIEWS and _switch(STEP_ROPE_ATTN, "BYTEMODEL_STEP_ROPE_ATTN") and D % 16 == 0
+                            else None)
         self.unused = cp.zeros((1,), dtype=cp.float32)    # the split buffers a one-split attention never touches
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
         self.blas = StreamBlas(stream)
-        on = os.environ.get("BYTEMODEL_STEP_PDL", "1" if STEP_PDL else "0") != "0"
-        self.pdl = pdl_launcher(ops, stream) if on else None
+        self.pdl = pdl_launcher(ops, stream) if _switch(STEP_PDL, "BYTEMODEL_STEP_PDL") else None
 
     def _k(self, fn, grid, block, args) -> None:
         """Launch one of the step's own kernels on the current stream: with PDL where set up (it then
