@@ -27,7 +27,8 @@
 #     bash benchmarks/device_check.sh steppdl    # issue 24: the captured step's own kernels launched with PDL (STEP_PDL) and
 #                                                # RoPE + cache write + attention as one kernel (STEP_ROPE_ATTN), both off
 #                                                # until this has run: the bits tests with each, then generation at 16 / 64
-#                                                # and the compressor at base, each combination
+#                                                # and the compressor at base, each combination; first score's
+#                                                # tail on the GPU (tests/test_score.py, score.py --whole-forward)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
 #                                                # tests, then base with a DNA mask against the host loop), then spec
 #     bash benchmarks/device_check.sh spec       # issue 24: generate --speculative against the on-device decoder, batch 1,
@@ -195,6 +196,11 @@ if [ "$only" = steppdl ]; then   # issue 24: the captured step under PDL (STEP_P
     timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $n tests/test_decode_gpu.py tests/test_compress_gpu.py \
         -k "blas_graph or cublas_step or several_steps or captured or graph_files" -rfE > "$OUT/steppdl_tests.log" 2>&1
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/steppdl_tests.log" | head -5; tail -1 "$OUT/steppdl_tests.log"
+    step "score's tail on the GPU (ops/scorer.TAIL): its tests, then base with and without it"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_score.py -rfE > "$OUT/score_tests.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/score_tests.log" | head -5; tail -1 "$OUT/score_tests.log"
+    timeout 150 python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.02 --whole-forward \
+        --rounds 3 2>&1 | tail -6
     for round in 1 2; do
         for pr in 00 10 01 11; do   # BYTEMODEL_STEP_PDL, BYTEMODEL_STEP_ROPE_ATTN
             step "generation at 16 and 64, round $round, STEP_PDL=${pr:0:1} STEP_ROPE_ATTN=${pr:1:1}"

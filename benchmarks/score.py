@@ -12,6 +12,7 @@ unless --plain-malloc.
 
     python3 benchmarks/score.py --device cpu --preset tiny --mb 0.2 --rounds 3
     python3 benchmarks/score.py --device cuda --preset base --mb 8 --hf --rounds 2
+    python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.05 --whole-forward --rounds 3
 
 HF peer: LlamaForCausalLM (weights copied as in benchmarks/generate.py, the copy checked there),
 fp16, SDPA attention, batches of the same windows, logits -> float32 log_softmax -> gather ->
@@ -123,6 +124,9 @@ def main():
                     help="also time a training step's forward pass over the same bytes (issue 24: score at "
                          "least as fast per byte): windows of T side by side, each byte once, the preset's "
                          "training batch split over the trainer's workers as training splits it")
+    ap.add_argument("--whole-forward", action="store_true",
+                    help="also time score with every layer at every position (ops/scorer.TAIL off: the last "
+                         "layer and the head over the whole window, as the GPU ran before the thirty-fourth session)")
     a = ap.parse_args()
     from bytemodel.cli.memory import roomy_malloc
     from bytemodel.ops import get_backend
@@ -137,6 +141,17 @@ def main():
     sides = {"ours (score)": lambda: score(m, tok, data)["bits"],
              "before (one window at a time, host float64)": lambda: reference_score(m, tok, ref_data)["bits"]}
     sizes = {"ours (score)": len(data), "before (one window at a time, host float64)": len(ref_data)}
+    if a.whole_forward:
+        from bytemodel.ops import scorer
+
+        def whole():
+            scorer.TAIL = False
+            try:
+                return score(m, tok, data)["bits"]
+            finally:
+                scorer.TAIL = True
+        sides["ours, whole forward (TAIL off)"] = whole
+        sizes["ours, whole forward (TAIL off)"] = len(data)
     if a.hf:
         from bytemodel.ops.scorer import Scorer
         run, err = hf_scorer(a.preset, data, Scorer(m).batch)
@@ -163,7 +178,7 @@ def main():
     # each overlaps the last), the training forward each byte once
     T = cfg.context
     per_byte = {k: 1.0 for k in sides}
-    for k, d in (("ours (score)", data), ("before (one window at a time, host float64)", ref_data)):
+    for k, d in (("ours (score)", data), ("ours, whole forward (TAIL off)", data), ("before (one window at a time, host float64)", ref_data)):
         ids = np.concatenate([[tok.doc_id], np.frombuffer(d, np.uint8)]).astype(np.int64)
         per_byte[k] = sum(len(x) for x, _, _ in doc_windows([ids], T)) / len(d)
     print(f"{a.device} {precision} {a.preset}: {len(data):,} bytes; malloc {'roomy (as the CLI)' if roomy else 'plain'}")

@@ -187,3 +187,28 @@ def test_the_scored_tail_is_the_whole_forwards_last_rows():
         assert tail.shape == (3, k, cfg.vocab_size)
         np.testing.assert_allclose(tail, whole[:, -k:], rtol=1e-5, atol=1e-5)
     assert m.forward_cached(x, none, 0, keep=32).shape == whole.shape
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_gpu_scored_tail_is_the_whole_forwards_last_rows(precision):
+    """The Scorer's tail on the GPU (queries a strided view of the last `keep` rows, keys and values
+    every row: FlashAttention's query offset at head dim 64, the Hopper kernels on an H100 / H200):
+    the whole forward's last rows. fp32 to 1e-4 (cuBLAS over fewer rows, float32 softmax sums);
+    fp16 / bf16 to 2e-2 / 5e-2 of the largest logit (weights x4: logits up to ~16, so a row off by
+    one is off by ~16; the products over fewer rows may round otherwise, 2^-10 / 2^-7 relative a
+    rounding, a few roundings through 2 layers)."""
+    from bytemodel.ops import get_backend
+    cfg = ModelConfig(vocab_size=257, d_model=128, n_layers=2, n_heads=2, d_ff=256, context=256)
+    m = Model(cfg, get_backend("cuda", precision))
+    m.init_weights(4)
+    ops = m.ops
+    m.load_flat(ops.to_numpy(m.params).astype(np.float32) * 4)
+    x = ops.asarray(np.random.default_rng(0).integers(0, 257, (3, 256)))
+    none = [None] * cfg.n_layers
+    whole = ops.to_numpy(m.forward_cached(x, none, 0)).astype(np.float64)
+    tol = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}[precision]
+    for k in (1, 100, 128, 255):
+        tail = ops.to_numpy(m.forward_cached(x, none, 0, keep=k)).astype(np.float64)
+        assert tail.shape == (3, k, 257)
+        assert np.abs(tail - whole[:, -k:]).max() < tol * np.abs(whole).max(), (precision, k)

@@ -32,6 +32,8 @@ GPU_TOKENS = 1 << 16       # tokens a GPU call scores at once (64 windows of 102
                            # the forward reaches its throughput, activations a few hundred MB at base
 CPU_ROWS = 2048            # tokens a CPU chunk scores in one forward: products large enough for BLAS,
                            # activations a few MB at tiny
+TAIL = True                # the last layer and the head only from the first scored position (False: the
+                           # whole forward; benchmarks/score.py --whole-forward times both)
 
 
 def _cores() -> int:
@@ -65,12 +67,13 @@ class Scorer:
         self._nll = score_ops.for_backend(self.ops)
 
     def _forward(self, x, y, m, W):
-        """One forward over windows x (b, L) -> (b,) float64 on the device. On the CPU the last
-        layer and the head run only from the first position any window scores (a document's
-        later windows score their last half), about a tenth of a forward at tiny; the figures
-        agree with the whole forward's to float32 rounding (tests/test_score.py)."""
+        """One forward over windows x (b, L) -> (b,) float64 on the device. The last layer and the
+        head run only from the first position any window scores (a document's later windows score
+        their last half): about a tenth of a forward at tiny, a twentieth at base; the figures
+        agree with the whole forward's to float32 rounding (tests/test_score.py, on the GPU
+        test_gpu_scored_tail_is_the_whole_forwards_last_rows)."""
         ops = self.ops
-        keep = _scored_tail(m) if self.cpu else None
+        keep = _scored_tail(m) if TAIL else None
         if keep is not None:
             y, m = y[:, -keep:], m[:, -keep:]
         logits = self.model.forward_cached(ops.asarray(x), [None] * self.model.cfg.n_layers, 0, W, keep=keep)
