@@ -29,6 +29,8 @@
 #                                                # until this has run: the bits tests with each, then generation at 16 / 64
 #                                                # and the compressor at base, each combination; first score's
 #                                                # tail on the GPU (tests/test_score.py, score.py --whole-forward)
+#     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
+#                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
 #                                                # tests, then base with a DNA mask against the host loop), then spec
 #     bash benchmarks/device_check.sh spec       # issue 24: generate --speculative against the on-device decoder, batch 1,
@@ -213,6 +215,12 @@ if [ "$only" = steppdl ]; then   # issue 24: the captured step under PDL (STEP_P
         BYTEMODEL_STEP_PDL=${pr:0:1} BYTEMODEL_STEP_ROPE_ATTN=${pr:1:1} timeout 150 python3 benchmarks/compress.py \
             --preset base --device cuda --precision fp16 --train-steps 0 --bytes 400000 --quick 2>&1 | tail -6
     done
+    exit 0
+fi
+if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
+    step "kernels of a step, small and base, fp16 (PyTorch's profiler over both)"
+    timeout ${KERNELS_S:-400} python3 benchmarks/gpu_train.py --presets ${PRESETS:-small base} --kernels > "$OUT/stepkernels.log" 2>&1
+    echo "rc=$?"; cat "$OUT/stepkernels.log" | grep -v "^W\|warn" | head -150
     exit 0
 fi
 if [ "$only" = gen ]; then    # issue 24: the byte mask on the device's sampler: its tests, then timed; then the spec mode

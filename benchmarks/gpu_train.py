@@ -4,6 +4,7 @@ torch.compile) on the identical model, in the same run.
     python benchmarks/gpu_train.py --bf16 base           # small and base presets, all rows
     python benchmarks/gpu_train.py --presets base --skip-torch
     python benchmarks/gpu_train.py --presets base --profile       # GPU time per op
+    python benchmarks/gpu_train.py --presets small --kernels      # every kernel, ours and torch.compile's
     python benchmarks/gpu_train.py --no-flash-run --skip-torch    # flash on vs off
 
 A step = zero grads, forward, backward, global grad norm, AdamW (clip 1.0, weight decay 0.1)
@@ -62,7 +63,7 @@ def cublas_peak():
 
 
 # ------------------------------------------------------------------------------------------------
-def ours(name, B, T, steps, flash=True, graph=False, precision="fp16"):
+def ours(name, B, T, steps, flash=True, graph=False, precision="fp16", hook=None):
     import cupy as cp
     from bytemodel.model import Model
     from bytemodel.ops.cuda_ops import CudaBackend
@@ -122,6 +123,8 @@ def ours(name, B, T, steps, flash=True, graph=False, precision="fp16"):
     else:
         stream = cp.cuda.get_current_stream()
     cp.cuda.Device().synchronize()
+    if hook is not None:      # --kernels: the warm step handed to a profiler
+        return hook(run)
     with stream:
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         h0 = time.perf_counter()
@@ -286,7 +289,7 @@ def torch_model(cfg):
     return Net()
 
 
-def torch_run(name, B, T, steps, compile=False, dtype="fp16"):
+def torch_run(name, B, T, steps, compile=False, dtype="fp16", hook=None):
     import torch
     cfg = preset(name)
     net = torch_model(cfg).cuda()
@@ -312,6 +315,8 @@ def torch_run(name, B, T, steps, compile=False, dtype="fp16"):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    if hook is not None:
+        return hook(step)
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     e0.record()
     for _ in range(steps):
@@ -323,6 +328,41 @@ def torch_run(name, B, T, steps, compile=False, dtype="fp16"):
     del net, opt
     torch.cuda.empty_cache()
     return out
+
+
+def kernels(name, B, T, steps=3, top=30, dtype="fp16"):
+    """Every GPU kernel of a training step, ours and torch.compile's, from one profiler (PyTorch's,
+    which traces through CUPTI every kernel the process launches, CuPy's and NVRTC's included):
+    GPU time a step per kernel name, largest first, and the step's sum. Both sides warm (3 steps),
+    then `steps` steps traced."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    def hook(run):
+        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                run()
+            torch.cuda.synchronize()
+            import cupy as cp
+            cp.cuda.Device().synchronize()
+        rows = {}
+        for e in prof.key_averages():
+            t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            if t and e.key and not e.key.startswith(("ProfilerStep", "cuda", "Memcpy", "Memset")):
+                c, s = rows.get(e.key, (0, 0.0))
+                rows[e.key] = (c + e.count, s + t / 1e3)
+        return rows
+
+    sides = {"ours": ours(name, B, T, 0, precision=dtype, hook=hook),
+             "torch.compile": torch_run(name, B, T, 0, compile=True, dtype=dtype, hook=hook)}
+    for side, rows in sides.items():
+        total = sum(t for _, t in rows.values()) / steps
+        print(f"--- kernels of a {name} {dtype} step (B={B}, T={T}), {side}: {total:.2f} ms of kernels a step, "
+              f"{sum(c for c, _ in rows.values()) / steps:.0f} launches")
+        print("| kernel | launches a step | ms a step | share |")
+        print("|---|---:|---:|---:|")
+        for k, (c, t) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"| {k[:90]} | {c / steps:.0f} | {t / steps:.3f} | {100 * t / steps / total:.1f}% |")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -338,7 +378,13 @@ def main():
     ap.add_argument("--bf16", nargs="*", default=[], help="presets to also time in bf16 (ours and compiled PyTorch)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--profile", action="store_true", help="only print a per-op GPU time profile")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only list every GPU kernel of a step, ours and torch.compile's, from PyTorch's profiler")
     a = ap.parse_args()
+    if a.kernels:
+        for name in a.presets:
+            kernels(name, *RUNS[name])
+        return
     if a.profile:
         for name in a.presets:
             profile(name, *RUNS[name])
