@@ -123,6 +123,20 @@ def test_decompress_finds_its_run_by_hash(home, blob, tmp_path):
             os.rename(home / "runs" / "renamed", home / "runs" / "toy-1")
 
 
+def test_decompress_finds_a_run_trained_beside_it(home, blob, tmp_path):
+    """`train --out NAME` then `compress -c NAME`: the run is ./NAME, not runs/NAME. decompress in
+    that folder finds it by the header's name (still checked by hash); elsewhere it does not."""
+    work = tmp_path / "beside"
+    shutil.copytree(home / "runs" / "toy-1", work / "toy-1")
+    packed = work / "x.bmz"
+    packed.write_bytes(blob)
+    code, out = _cli(["decompress", packed, "-o", work / "x.out"], cwd=work)
+    assert code == 0, out
+    assert (work / "x.out").read_bytes() == b"ACGTTGCAACGGTTCA" * 20 + b"ACGA"
+    code, out = _cli(["decompress", packed, "-o", tmp_path / "y.out"], cwd=tmp_path)
+    assert code != 0 and _one_error_line(out) and "pass --checkpoint" in out, out
+
+
 def test_a_path_in_the_file_is_never_followed(home, blob, tmp_path):
     """The header names the right run by an absolute path outside ./runs: it must not be loaded."""
     outside = tmp_path / "elsewhere"

@@ -167,7 +167,7 @@ def decompress(
             from ..compress.adapt import Fresh
             lm = Fresh(start.split(":", 1)[1], device or backend["device"], precision=made_at)
         else:
-            if checkpoint is None:   # the run whose weights the file names, found among ./runs by hash
+            if checkpoint is None:   # the run whose weights the file names, found in ./runs or ./NAME by hash
                 from ..compress.container import find_run
                 checkpoint = find_run(header)
             lm = load(checkpoint, device=device or backend["device"], precision=made_at)

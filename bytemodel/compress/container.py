@@ -66,10 +66,11 @@ def _safe_name(name) -> bool:
 def find_run(header: dict, root="runs") -> Path:
     """The checkpoint under ``root`` whose weights and tokenizer a file was compressed with.
 
-    The header's run name is only a hint of where to look first (runs/NAME, when NAME is a plain
-    name); the match is by the weights' and tokenizer's SHA-256, over every run's
-    best.safetensors and checkpoint.safetensors (newest first). A path in the file is never
-    followed. CompressError when no run matches.
+    The header's run name is only a hint of where to look first (runs/NAME, then ./NAME for a run
+    trained with `--out NAME`, when NAME is a plain name); the match is by the weights' and
+    tokenizer's SHA-256, over those and every run's best.safetensors and checkpoint.safetensors
+    under ``root`` (newest first). A path in the file is never followed. CompressError when no
+    run matches.
     """
     from .. import checkpoint as ck
     want = header["checkpoint"]
@@ -78,7 +79,7 @@ def find_run(header: dict, root="runs") -> Path:
     names = (want.get("file"),) if _safe_name(want.get("file")) else ()
     order = names + tuple(n for n in (ck.BEST_NAME, ck.CKPT_NAME) if n not in names)
     if _safe_name(want.get("name")):
-        first = [root / want["name"] / n for n in order]
+        first = [d / want["name"] / n for d in (root, Path(".")) for n in order]
     try:
         runs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: -d.stat().st_mtime)
     except OSError:
