@@ -182,6 +182,23 @@ def test_cli_export_import_round_trip(tmp_path):
     assert r.exit_code == 0 and "heads 6/2" in r.output
 
 
+def test_cli_output_dir_as_argument_or_option(tmp_path):
+    """export and import-hf each take the directory to write as a second argument or as --out / -o
+    (a user who writes `compress ... -o` writes `export RUN -o DIR` too); neither, or two that
+    differ, is one error line."""
+    run, m, tok = make_run(tmp_path, "plain")
+    assert runner.invoke(app, ["export", str(run), "-o", str(tmp_path / "hf")]).exit_code == 0
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+    r = runner.invoke(app, ["import-hf", str(tmp_path / "hf"), str(tmp_path / "back")])
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(ck.load(tmp_path / "back").params, ck.load(run).params)
+    for args in (["export", str(run)], ["export", str(run), str(tmp_path / "a"), "-o", str(tmp_path / "b")],
+                 ["import-hf", str(tmp_path / "hf")]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and one_line_error(r.output), (args, r.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 # ------------------------------------------------------------------------------ refusals, atomicity
 def test_export_refuses_non_empty_dir_unless_forced(tmp_path):
     run, m, tok = make_run(tmp_path, "plain")

@@ -13,9 +13,22 @@ import typer
 from .errors import user_errors
 
 
+def _one_out(positional, option, name: str) -> Path:
+    """The output directory, given as a second argument or as --out / -o (either, not two)."""
+    from ..errors import ConfigError
+    if positional is not None and option is not None and positional != option:
+        raise ConfigError(f"two output directories given ({positional} and --out {option}): give one")
+    if positional is None and option is None:
+        raise ConfigError(f"give the directory to write ({name})")
+    return positional if positional is not None else option
+
+
 def export(
     run: Path = typer.Argument(..., help="Run directory or checkpoint file to export."),
-    out_dir: Path = typer.Argument(..., help="Directory to write (created; must be empty unless --force)."),
+    out_dir: Path = typer.Argument(None, help="Directory to write (created; must be empty unless --force).",
+                                   show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", help="The same as OUT_DIR (as compress and import-hf take it).",
+                             show_default=False),
     fmt: str = typer.Option("hf", "--format", "-f", help="hf: a Hugging Face transformers Llama directory."),
     force: bool = typer.Option(False, "--force", help="Replace OUT_DIR if it is not empty."),
     last: bool = typer.Option(False, "--last", help="Export the latest weights, not the best validation's."),
@@ -27,7 +40,7 @@ def export(
     """
     from ..hf import export_hf
     with user_errors():
-        res = export_hf(run, out_dir, force=force, fmt=fmt, last=last)
+        res = export_hf(run, _one_out(out_dir, out, "OUT_DIR"), force=force, fmt=fmt, last=last)
         if res.dropped:
             typer.echo(f"note: not exported (no place in a Llama model): {', '.join(res.dropped)}", err=True)
         typer.echo(f"wrote {res.out_dir}: {', '.join(res.files)}")
@@ -35,7 +48,9 @@ def export(
 
 def import_hf(
     hf_dir: Path = typer.Argument(..., help="Hugging Face model directory (config.json + safetensors)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Run directory to write checkpoint.safetensors into."),
+    out_dir: Path = typer.Argument(None, help="The same as --out (as export takes it).", show_default=False),
+    out: Path = typer.Option(None, "--out", "-o", help="Run directory to write checkpoint.safetensors into.",
+                             show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace an existing checkpoint in --out."),
 ) -> None:
     """Turn a Hugging Face Llama directory (e.g. from `bytemodel export`) into a bytemodel checkpoint.
@@ -45,7 +60,7 @@ def import_hf(
     from ..hf import import_hf as _import
     from ..model import n_params
     with user_errors():
-        res = _import(hf_dir, out, force=force)
+        res = _import(hf_dir, _one_out(out_dir, out, "--out"), force=force)
         if res.note:
             typer.echo(f"note: {res.note}", err=True)
         c = res.cfg
