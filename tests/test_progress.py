@@ -61,6 +61,16 @@ def test_not_a_terminal_one_plain_line_per_validation():
     assert "eta" in lines[0] and "elapsed" in lines[0]
 
 
+def test_one_window_held_out_shows_no_error_bar():
+    """One held-out window has no standard error (NaN): the line says the figure without "± nan"."""
+    out = io.StringIO()
+    with Progress(True, 10, 0, stream=out) as bar:
+        bar.validation(10, 1.0, 2.0, 1.7478, float("nan"), True, 1000.0)
+        bar.validation(10, 1.0, 2.0, 1.7478, None, True, 1000.0)
+    text = out.getvalue()
+    assert "nan" not in text and "None" not in text and text.count("val 1.7478 bits/byte (best)") == 2, text
+
+
 def test_the_cli_writes_plain_lines_when_stderr_is_a_file(tmp_path, dna_file):
     import subprocess
     import sys

@@ -146,7 +146,8 @@ def _summary(res) -> None:
     """The end of a run: why it stopped, the best and the last weights with their steps, the compressors."""
     typer.echo(res.stop_reason)
     if res.best_checkpoint is not None:
-        se = f" ± {res.val_se:.4f}" if res.val_se is not None else ""
+        from ..training.progress import plus_minus
+        se = plus_minus(res.val_se)
         typer.echo(f"best: step {res.best_step}, validation {res.val_bpb:.4f}{se} bits/byte: {res.best_checkpoint} "
                    f"(generate, score, info use it; --last for the latest)")
     last = f"validation {res.last_val_bpb:.4f} bits/byte" if res.last_val_bpb is not None else "not validated"
@@ -472,7 +473,8 @@ def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or r
                        f"on {what}{tc.get('source')}")
         if t:
             kind = "best weights" if t.get("best") else "latest weights"
-            se = f" ± {t['val_se']:.4f}" if t.get("val_se") is not None else ""
+            from ..training.progress import plus_minus
+            se = plus_minus(t.get("val_se"))
             loop = t.get("loop") if isinstance(t.get("loop"), dict) else {}   # older runs: the settings' steps
             planned = loop.get("planned_steps", t.get("config", {}).get("steps"))
             val = t.get("val_bpb")

@@ -13,6 +13,12 @@ from __future__ import annotations
 import sys
 import time
 
+
+def plus_minus(se) -> str:
+    """" ± se" for a validation's standard error, or nothing where there is none (one window held
+    out gives NaN; a run that never validated, None)."""
+    return f" ± {se:.4f}" if isinstance(se, (int, float)) and se == se and abs(se) != float("inf") else ""
+
 MIN_WIDTH = 60   # the essential fields fit from here up (tests/test_progress.py checks 60..200)
 
 
@@ -130,7 +136,7 @@ class Progress:
             return
         tb = "skipped" if bpb is None else f"{bpb:.3f}"
         text = (f"step {step}" + (f"/{self.total}" if self.total else "") + f" (epoch {epoch:.2f}): train {tb}, "
-                f"val {val:.4f} ± {se:.4f} bits/byte" + (" (best)" if best else ""))
+                f"val {val:.4f}{plus_minus(se)} bits/byte" + (" (best)" if best else ""))
         if self.live is None:
             self.last = dict(self.last, step=step)
             text += (f" | {_speed(bytes_per_s)} | elapsed {_clock(time.perf_counter() - self.t0)}, "
