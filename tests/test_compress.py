@@ -558,6 +558,17 @@ def _recorded_as(run_dir, where, reader):
     return where
 
 
+def test_cli_summary_of_an_empty_file(run_dir, tmp_path):
+    """An empty file compresses to its header and checksum, says so (no rate per byte of nothing),
+    and decompresses to nothing."""
+    f = tmp_path / "empty.bin"
+    f.write_bytes(b"")
+    code, out = _cli(["compress", f, "-c", run_dir])
+    assert code == 0 and "an empty file" in out and "bits/byte" not in out, out
+    code, out = _cli(["decompress", tmp_path / "empty.bin.bmz", "-c", run_dir, "-o", tmp_path / "back"])
+    assert code == 0 and (tmp_path / "back").read_bytes() == b"", out
+
+
 def test_cli_summary_names_the_view(run_dir, tmp_path):
     f = tmp_path / "s.fa"
     f.write_bytes(_fasta_file(900, seed=32))

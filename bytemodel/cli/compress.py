@@ -124,9 +124,10 @@ def compress(
                             stats=stats, reader=_file_reader(lm, file), content=content, adapt=settings)
         write_atomic(target, blob)
         if not quiet:
-            n = max(len(data), 1)
-            typer.echo(f"{file}: {len(data):,} -> {len(blob):,} bytes ({8 * len(blob) / n:.4f} bits/byte; "
-                       f"model cross-entropy {stats.get('model_bits', 0) / n:.4f}, {stats.get('streams', 0)} "
+            n = len(data)
+            rate = (f"{8 * len(blob) / n:.4f} bits/byte; model cross-entropy {stats.get('model_bits', 0) / n:.4f}, "
+                    if n else "an empty file: the header and checksum only; ")
+            typer.echo(f"{file}: {n:,} -> {len(blob):,} bytes ({rate}{stats.get('streams', 0)} "
                        f"streams; {stats['view'].describe()}"
                        f"{'; adapting, ' + _adapt_words(settings) if settings else ''}) -> {target}", err=True)
 
