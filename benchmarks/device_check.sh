@@ -24,11 +24,7 @@
 #                                                # each of VARIANTS as if shipped (comma: one kernel a head dim)
 #     bash benchmarks/device_check.sh graph      # issue 28: small and base training with the step captured as one CUDA graph
 #                                                # (gpu_train.py --graph: the launches it saves) beside the launched step and torch.compile
-#     bash benchmarks/device_check.sh steppdl    # issue 24: the captured step's own kernels launched with PDL (STEP_PDL) and
-#                                                # RoPE + cache write + attention as one kernel (STEP_ROPE_ATTN), both off
-#                                                # until this has run: the bits tests with each, then generation at 16 / 64
-#                                                # and the compressor at base, each combination; first score's
-#                                                # tail on the GPU (tests/test_score.py, score.py --whole-forward)
+#     bash benchmarks/device_check.sh score      # issue 24: score's tail on the GPU (tests/test_score.py, score.py --whole-forward)
 #     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
 #                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
@@ -192,29 +188,12 @@ if [ "$only" = graph ]; then   # issue 28: the whole training step as one CUDA g
     echo "rc=$?"; grep -E "tok/s|peak|failed|rror" "$OUT/gpu_train_graph.log"
     exit 0
 fi
-if [ "$only" = steppdl ]; then   # issue 24: the captured step under PDL (STEP_PDL) and with RoPE in its attention (STEP_ROPE_ATTN)
-    n=""; python3 -c "import xdist" 2>/dev/null && n="-n 8"
-    step "the captured step with and without PDL against the launched forward, the compressor's captured step"
-    timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider $n tests/test_decode_gpu.py tests/test_compress_gpu.py \
-        -k "blas_graph or cublas_step or several_steps or captured or graph_files" -rfE > "$OUT/steppdl_tests.log" 2>&1
-    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/steppdl_tests.log" | head -5; tail -1 "$OUT/steppdl_tests.log"
-    step "score's tail on the GPU (ops/scorer.TAIL): its tests, then base with and without it"
+if [ "$only" = score ]; then   # score's tail on the GPU (ops/scorer.TAIL): its tests, then base with and without it
+    step "score's tests, then base with and without the tail"
     timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_score.py -rfE > "$OUT/score_tests.log" 2>&1
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/score_tests.log" | head -5; tail -1 "$OUT/score_tests.log"
     timeout 150 python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.02 --whole-forward \
         --rounds 3 2>&1 | tail -6
-    for round in 1 2; do
-        for pr in 00 10 01 11; do   # BYTEMODEL_STEP_PDL, BYTEMODEL_STEP_ROPE_ATTN
-            step "generation at 16 and 64, round $round, STEP_PDL=${pr:0:1} STEP_ROPE_ATTN=${pr:1:1}"
-            BYTEMODEL_STEP_PDL=${pr:0:1} BYTEMODEL_STEP_ROPE_ATTN=${pr:1:1} timeout 100 python3 benchmarks/generate.py \
-                --device cuda --presets base --samples 16,64 --tokens 512 --only ours 2>&1 | grep '| cuda'
-        done
-    done
-    for pr in 00 11; do
-        step "the compressor at base, 400 kB, STEP_PDL=${pr:0:1} STEP_ROPE_ATTN=${pr:1:1}"
-        BYTEMODEL_STEP_PDL=${pr:0:1} BYTEMODEL_STEP_ROPE_ATTN=${pr:1:1} timeout 150 python3 benchmarks/compress.py \
-            --preset base --device cuda --precision fp16 --train-steps 0 --bytes 400000 --quick 2>&1 | tail -6
-    done
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's

@@ -14,19 +14,6 @@
 typedef unsigned int u32;
 typedef long long i64;
 
-// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py): PDL_LAUNCH lets the
-// next kernel start before this one ends; PDL_WAIT holds this one until the kernel before it has
-// finished and its writes are visible. Launched the ordinary way both return at once. After
-// PDL_WAIT, what the kernel before wrote must be read by plain loads, never read-only ones
-// (ld.global.nc, from `const __restrict__`; tests/test_gpu_pdl_loads.py holds the kernels to it).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
-#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#else
-#define PDL_WAIT()
-#define PDL_LAUNCH()
-#endif
-
 #if defined(ACT_BF16)
 typedef __nv_bfloat16 act_t;
 typedef __nv_bfloat162 act2_t;

@@ -33,11 +33,18 @@
 // Shapes: B batch, C d_model, H heads, K kv heads, D head dim, F d_ff, V vocab, S cache length.
 #include "common.cuh"
 
-// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py; PDL_WAIT / PDL_LAUNCH in
-// common.cuh): every kernel here lets the next one start at once (PDL_LAUNCH) and does what needs
-// nothing from the kernel before it (reading its weight rows) before PDL_WAIT, which holds it until
-// that kernel has finished and its writes are visible. Launched the ordinary way, PDL_WAIT returns
-// at once: the same kernels serve both launches, with the same arithmetic.
+// Programmatic dependent launch (compute capability 9.0+, ops/cuda_launch.py): every kernel here lets
+// the next one start at once (PDL_LAUNCH) and does what needs nothing from the kernel before it
+// (reading its weight rows) before PDL_WAIT, which holds it until that kernel has finished and its
+// writes are visible. Launched the ordinary way, PDL_WAIT returns at once: the same kernels serve
+// both launches, with the same arithmetic.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_WAIT()
+#define PDL_LAUNCH()
+#endif
 
 #define DEC_WARPS 8
 #define DEC_THREADS (DEC_WARPS * 32)
@@ -554,38 +561,15 @@ DEC_MMA_KERNELS(4)
 // one (b, h, split) block's shared memory: NW * KW = 1024 / D groups of D partial outputs
 template <int D> struct AttnShared { float m[1024 / D], l[1024 / D], o[1024]; int last; };
 
-// The captured step's attention with RoPE and the cache write in it (NEW, dec_attn_rope_d*): q and the
-// new key rotated from the product's qkv row (B, (H + 2K) D) as gpu/step.cu's step_rope_cache rotates
-// them (rope_pairs8, rounded to act_t), the new value copied; the first query head of each kv head
-// writes the new key and value into the cache at slot[0], and every block of that kv head uses its
-// own copy of them for that slot instead of reading it back (so none waits for the write): the
-// same numbers in the same order as step_rope_cache then dec_attn_act, one launch fewer a layer.
-struct RopeIn { const act_t* qkv; const act_t* cos1; const act_t* sin1; const int* slot; };
-
-// elements e0 .. e0 + 7 of head row src (D wide) after RoPE (cos1 / sin1: the step's row)
-template <int D>
-__device__ __forceinline__ vec8 rope_chunk(const act_t* src, int e0, const act_t* cos1, const act_t* sin1) {
-    constexpr int h2 = D / 2;
-    const bool hi = e0 >= h2;
-    const int i = hi ? e0 - h2 : e0;
-    float cs[8], sn[8];
-    load_row<8>(cos1, i, cs);
-    load_row<8>(sin1, i, sn);
-    vec8 o1, o2;
-    rope_pairs8(ld8<false>(src + i), ld8<false>(src + i + h2), cs, sn, o1, o2);
-    return hi ? o2 : o1;
-}
-
 // The attention of one block of 128 threads (tid), (b, h) = bh, split sp of NS, its shared memory
 // sh and its barrier sync() (__syncthreads in dec_attn_d*, a named barrier for half a block in the
 // persistent step); CG: q and the cache read through L2 (the persistent step wrote them).
-template <int D, bool ACT, bool CG, bool NEW = false, class Sync>
+template <int D, bool ACT, bool CG, class Sync>
 __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh, Sync sync,
                               const float* q, const act_t* qa, i64 qsb, i64 qsh,
                               const act_t* kc, const act_t* vc, float* part,
                               int* tickets, float* att, act_t* atta,
-                              const int* state, int H, int K, int S, int CH, float scale_log2,
-                              RopeIn ri = RopeIn{nullptr, nullptr, nullptr, nullptr}) {
+                              const int* state, int H, int K, int S, int CH, float scale_log2) {
     constexpr int LK = D / 8, KW = 32 / LK, NW = 4, U = 4;
     constexpr int STEP = NW * KW;
     static_assert(NW * KW == 1024 / D, "AttnShared's size");
@@ -596,22 +580,7 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
     const int warp = tid >> 5, lane = tid & 31;
     const int grp = lane / LK, sub = lane - grp * LK;
     float qf[8];
-    vec8 nk, nv;                // NEW: this kv head's new key and value, elements sub * 8 .. + 7
-    int slot = -1;
-    if constexpr (NEW) {
-        const act_t* row = ri.qkv + (i64)b * (H + 2 * K) * D;
-        const vec8 qv = rope_chunk<D>(row + (i64)h * D, sub * 8, ri.cos1, ri.sin1);
-#pragma unroll
-        for (int i = 0; i < 8; i++) qf[i] = to_f(qv.v[i]) * scale_log2;
-        nk = rope_chunk<D>(row + (i64)(H + kh) * D, sub * 8, ri.cos1, ri.sin1);
-        nv = ld8<false>(row + (i64)(H + K + kh) * D + sub * 8);
-        slot = ri.slot[0];
-        if (h % (H / K) == 0 && sp == 0 && tid < LK) {     // warp 0's first key group writes the row
-            const i64 o = (((i64)b * K + kh) * S + slot) * D + sub * 8;
-            *reinterpret_cast<vec8*>(const_cast<act_t*>(kc) + o) = nk;
-            *reinterpret_cast<vec8*>(const_cast<act_t*>(vc) + o) = nv;
-        }
-    } else if constexpr (ACT) {
+    if constexpr (ACT) {
         const act_t* qp = qa + (i64)b * qsb + (i64)h * qsh + sub * 8;
 #pragma unroll
         for (int i = 0; i < 8; i++) qf[i] = to_f(qp[i]) * scale_log2;
@@ -632,13 +601,8 @@ __device__ void dec_attn_core(int tid, int bh, int sp, int NS, AttnShared<D>& sh
         for (int u = 0; u < U; u++) {
             int key = w0 + grp + u * STEP;
             if (key < k1) {
-                if (NEW && key == slot) {   // the row this step writes: this block's own copy
-                    kv[u] = nk;
-                    vv[u] = nv;
-                } else {
-                    kv[u] = ld8<CG>(kb + (i64)key * D);
-                    vv[u] = ld8<CG>(vb + (i64)key * D);
-                }
+                kv[u] = ld8<CG>(kb + (i64)key * D);
+                vv[u] = ld8<CG>(vb + (i64)key * D);
             }
         }
 #pragma unroll
@@ -751,28 +715,6 @@ DEC_ATTN_KERNEL(32)
 DEC_ATTN_KERNEL(64)
 DEC_ATTN_KERNEL(128)
 DEC_ATTN_KERNEL(256)
-#endif
-
-// RoPE, the cache write and the attention in one launch (NEW above; BlasStep with STEP_ROPE_ATTN):
-// qkv the product's (B, (H + 2K) D) output, cos1 / sin1 the step's RoPE row, slot[0] the cache row
-// written, state[0] + 1 the keys attended; out act_t (B, H D). One split, grid (B H, 1).
-#define DEC_ATTN_ROPE_KERNEL(D)                                                                       \
-extern "C" __global__ void __launch_bounds__(128) dec_attn_rope_d##D(                               \
-        const act_t* qkv, const act_t* cos1, const act_t* sin1, act_t* kc, act_t* vc, act_t* att,     \
-        const int* slot, const int* state, int H, int K, int S, float scale_log2) {                   \
-    __shared__ AttnShared<D> sh;                                                                      \
-    PDL_LAUNCH();                                                                                     \
-    PDL_WAIT();                                   /* qkv: the product just before */                  \
-    dec_attn_core<D, true, false, true>(                                                              \
-        threadIdx.x, blockIdx.x, 0, 1, sh, [] { __syncthreads(); }, nullptr, nullptr, 0, 0, kc, vc,   \
-        nullptr, nullptr, nullptr, att, state, H, K, S, S, scale_log2, RopeIn{qkv, cos1, sin1, slot}); \
-}
-#ifndef DEC_STEP_R
-DEC_ATTN_ROPE_KERNEL(16)
-DEC_ATTN_ROPE_KERNEL(32)
-DEC_ATTN_ROPE_KERNEL(64)
-DEC_ATTN_ROPE_KERNEL(128)
-DEC_ATTN_ROPE_KERNEL(256)
 #endif
 
 #define DEC_ATTN_ACT_KERNEL(D)                                                                        \

@@ -6,11 +6,6 @@
 // Shapes: B batch, K kv heads, D head dim, S cache length; half = D / 2.
 #include "common.cuh"
 
-// BlasStep may launch step_rope_cache and step_add_rmsnorm (and the attention, gpu/decode.cu) with
-// programmatic dependent launch (cuda_decode.STEP_PDL): each starts while the product before it
-// ends and waits (PDL_WAIT) before reading anything; what an earlier kernel wrote is read by plain
-// loads (no __restrict__ on those pointers, common.cuh's rule; the norm's 768 weights lose nothing by it).
-
 // RoPE's row for this step: cos1/sin1 (half,) = cos/sin (S, half) at row state[0]
 extern "C" __global__ void step_rope_row(const act_t* __restrict__ cos, const act_t* __restrict__ sin,
                                          act_t* __restrict__ cos1, act_t* __restrict__ sin1,
@@ -41,11 +36,9 @@ extern "C" __global__ void step_cache_write(const act_t* __restrict__ k, const a
 // act_t as residual.cu's add_v8 rounds it, then out = xo * rstd * g as rmsnorm.cu's rmsnorm_fwd_v8
 // computes it from xo (the same loads, sums and products in the same order; rstd is not kept: the
 // decode step has no backward). One launch instead of two.
-extern "C" __global__ void step_add_rmsnorm(const act_t* x, const act_t* y,
-                                            const act_t* g, act_t* xo, act_t* out,
+extern "C" __global__ void step_add_rmsnorm(const act_t* __restrict__ x, const act_t* __restrict__ y,
+                                            const act_t* __restrict__ g, act_t* xo, act_t* __restrict__ out,
                                             long long N, int C, float eps) {
-    PDL_LAUNCH();
-    PDL_WAIT();                      // x and y: the products before
     const i64 row = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -82,11 +75,10 @@ extern "C" __global__ void step_add_rmsnorm(const act_t* x, const act_t* y,
 // state[0], the v heads copied there. The rotation is rope.cu's rope_qk_fwd_v8's, term for term
 // (cos1, sin1: the row step_rope_row took), so q and the cache hold the same bits as after
 // qkv_rope_forward and the cache write.
-extern "C" __global__ void step_rope_cache(const act_t* qkv, const act_t* cos1,
-                                           const act_t* sin1, act_t* q, act_t* kc, act_t* vc,
-                                           const int* state, int B, int H, int K, int S, int D) {
-    PDL_LAUNCH();
-    PDL_WAIT();                      // qkv (the product before), the row and state (earlier kernels)
+extern "C" __global__ void step_rope_cache(const act_t* __restrict__ qkv, const act_t* __restrict__ cos1,
+                                           const act_t* __restrict__ sin1, act_t* __restrict__ q,
+                                           act_t* __restrict__ kc, act_t* __restrict__ vc,
+                                           const int* __restrict__ state, int B, int H, int K, int S, int D) {
     const int h2 = D / 2, h8 = D / 16, J = H + 2 * K;
     const i64 total = (i64)B * J * h8;
     const int pos = state[0];

@@ -7,7 +7,7 @@
 #include "common.cuh"
 
 template <int VW>
-__device__ __forceinline__ void swiglu_fwd_impl(const act_t* h, act_t* out, long long N, int F) {
+__device__ __forceinline__ void swiglu_fwd_impl(const act_t* __restrict__ h, act_t* __restrict__ out, long long N, int F) {
     i64 total = N * F / VW;
     for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
         i64 e = idx * VW; i64 n = e / F; int f = e % F;
@@ -21,13 +21,6 @@ __device__ __forceinline__ void swiglu_fwd_impl(const act_t* h, act_t* out, long
 }
 extern "C" __global__ void swiglu_fwd(const act_t* h, act_t* out, long long N, int F) { swiglu_fwd_impl<1>(h, out, N, F); }
 extern "C" __global__ void swiglu_fwd_v8(const act_t* h, act_t* out, long long N, int F) { swiglu_fwd_impl<8>(h, out, N, F); }
-// the same for the captured decode step's PDL launch (ops/cuda_decode.BlasStep): h, the product before
-// it, read after the wait by plain loads (no __restrict__ in the forward, common.cuh's rule)
-extern "C" __global__ void swiglu_fwd_v8_pdl(const act_t* h, act_t* out, long long N, int F) {
-    PDL_LAUNCH();
-    PDL_WAIT();
-    swiglu_fwd_impl<8>(h, out, N, F);
-}
 
 template <int VW>
 __device__ __forceinline__ void swiglu_bwd_impl(const act_t* __restrict__ dout, const act_t* __restrict__ h,

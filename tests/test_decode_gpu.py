@@ -85,19 +85,16 @@ def test_decode_steps_match_numpy(ci, B, precision, tol, mma):
     assert int(cp.asnumpy(d.state)[0]) == cfg.context
 
 
-@pytest.mark.parametrize("pdl", [False, True])
-@pytest.mark.parametrize("fused", ["none", "views", "views+add_norm", "views+add_norm+rope_attn"])
+@pytest.mark.parametrize("fused", ["none", "views", "views+add_norm"])
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("ci", [1, 2])
-def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, monkeypatch):
+def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, monkeypatch):
     """The path `generate --samples N` takes above GRAPH_MAX_BATCH at fp16/bf16: the cuBLAS step
     reading its position on the device, launched every step ("eager") or captured once as a graph
     and replayed, gives the same logit bytes as the backend's cached forward launched from Python
     (Model.forward_cached: the same ops in the same order), every step to the end of the cache,
     greedy ids fed back. (Against the float64 NumPy forward all three are equally far: on the H200,
-    config 2 with the weights x4, 0.088 of the logits' scale at fp16 and 0.34 at bf16.) pdl: the
-    step's own kernels launched with PDL (cuda_decode.STEP_PDL; where the GPU takes it), which
-    must not change a bit."""
+    config 2 with the weights x4, 0.088 of the logits' scale at fp16 and 0.34 at bf16.)"""
     import cupy as cp
     from bytemodel.ops import cuda_decode
     cfg = ModelConfig(**CONFIGS[ci])
@@ -107,12 +104,6 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, mo
     # fused: k, v, q read where the projection left them (STEP_VIEWS), each add with its RMSNorm (STEP_ADD_NORM)
     monkeypatch.setattr(cuda_decode, "STEP_VIEWS", fused != "none")
     monkeypatch.setattr(cuda_decode, "STEP_ADD_NORM", fused == "views+add_norm")
-    # ... and RoPE, the cache write and the attention in one launch (STEP_ROPE_ATTN)
-    monkeypatch.setattr(cuda_decode, "STEP_ROPE_ATTN", fused.endswith("rope_attn"))
-    monkeypatch.setattr(cuda_decode, "STEP_PDL", pdl)
-    for var in ("BYTEMODEL_STEP_PDL", "BYTEMODEL_STEP_ROPE_ATTN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.delenv("BYTEMODEL_PDL", raising=False)
     prompt = cp.asarray(np.random.default_rng(ci).integers(0, cfg.vocab_size, (B, P)))
     W = gpu.weights()
     runs = {}
@@ -121,10 +112,6 @@ def test_blas_graph_steps_equal_the_launched_steps(ci, precision, fused, pdl, mo
         d = cuda_decode.Decoder(gpu, B, cfg.vocab_size, seed=0, temperature=0.0, top_k=0, top_p=1.0,
                                 graph=False)
         assert d.blas_graph == (mode != "launched") and not d.use_graph
-        if d.blas_graph:   # on compute capability 9.0+ the PDL launches are really made; the fused kernel is used
-            from bytemodel.ops import gpu_capability
-            assert (d._step.pdl is not None) == (pdl and cuda_decode.PDL and gpu_capability() >= (9, 0))
-            assert (d._step.k_attn_rope is not None) == fused.endswith("rope_attn")
         lg = d.run_prefill(lambda: gpu.forward_cached(prompt, d.cache, 0, W))
         d.begin(lg[:, -1, :], P, W)
         logits = []

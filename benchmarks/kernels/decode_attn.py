@@ -11,10 +11,6 @@ Cases per preset (H heads of D = C / H, the cache S = the preset's context, n ke
            the same split in 2 and 4 (gen64/2, gen64/4: does splitting the keys pay at 64?)
   lockstep 8,192 streams of a 256-token window, full, one split (the compressor's default layout
            on a 10 MB file)
-  rope64   the captured step's RoPE, cache write and attention as one kernel (dec_attn_rope, STEP_ROPE_ATTN)
-           against the two it replaces (step_rope_cache, then dec_attn_act) on the same qkv row: the
-           outputs and the caches must be the same bytes; timed with the ring's slot already written
-           (each call writes it again), 64 sequences at n = 300
 Bytes counted: the n keys and values of every (sequence, head) read once, q and the output. The
 check: the first 8 (sequence, head) rows against a float64 softmax on the same rounded cache,
 norm-relative (fp32 accumulation over <= 1,024 keys: 1e-5; the act_t output's rounding: TOL).
@@ -114,52 +110,7 @@ def run(ops, preset, shape):
                 sdpa(tq, tk, tv)
             rows.append(row(f"{what} {name}", preset, (B, H, n, D), median_ms(ours), median_ms(tpeer), nbytes=nbytes,
                             err=err, peer="SDPA"))
-    rows += rope_case(ops, preset, shape, rng)
     return rows
-
-
-def rope_case(ops, preset, shape, rng):
-    """dec_attn_rope (one launch) against step_rope_cache + dec_attn_act: the same bytes, then timed."""
-    import cupy as cp
-    from bytemodel.ops.cuda_decode import _THREADS, _blocks_of
-    from bytemodel.ops.cuda_ops import _module, _scale_log2
-    _, ctx, C, _, H = shape
-    D, K, B, n, S = C // H, H, 64, 300, ctx
-    if D % 16:
-        return []
-    dec, stp = _module("decode.cu", ops.precision), _module("step.cu", ops.precision)
-    fused, rope_cache, attn = (dec.get_function(f"dec_attn_rope_d{D}"), stp.get_function("step_rope_cache"),
-                               dec.get_function(f"dec_attn_act_d{D}"))
-    qkv = ops._act(cp.random.standard_normal((B, (H + 2 * K) * D), dtype=cp.float32))
-    ang = rng.uniform(0, 6.3, D // 2)
-    cos1, sin1 = ops._act(np.cos(ang).astype(np.float32)), ops._act(np.sin(ang).astype(np.float32))
-    kc0 = ops._act(cp.random.standard_normal((B, K, S, D), dtype=cp.float32))
-    vc0 = ops._act(cp.random.standard_normal((B, K, S, D), dtype=cp.float32))
-    state = cp.asarray(np.array([n - 1, 0, 0, 0], dtype=np.int32))    # slot n - 1, keys 0 .. n - 1
-    sl, i32 = np.float32(_scale_log2(D)), np.int32
-    unused = cp.zeros((1,), dtype=cp.float32)
-    kc1, vc1, kc2, vc2 = kc0.copy(), vc0.copy(), kc0.copy(), vc0.copy()
-    q = ops._act(np.zeros((B, H, 1, D), dtype=np.float32))
-    a1 = ops._act(np.zeros((B, H * D), dtype=np.float32))
-    a2 = a1.copy()
-
-    def two():
-        rope_cache((_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),     # as BlasStep launches it
-                   (qkv, cos1, sin1, q, kc1, vc1, state, i32(B), i32(H), i32(K), i32(S), i32(D)))
-        attn((B * H, 1), (128,), (q, np.int64(H * D), np.int64(D), kc1, vc1, unused, unused, a1, state, i32(H),
-                                  i32(K), i32(S), i32(S), sl))
-
-    def one():
-        fused((B * H, 1), (128,), (qkv, cos1, sin1, kc2, vc2, a2, state, state, i32(H), i32(K), i32(S), sl))
-    two()
-    one()
-    same = all(cp.asnumpy(x).tobytes() == cp.asnumpy(y).tobytes() for x, y in ((a1, a2), (kc1, kc2), (vc1, vc2)))
-    if not same:
-        print(f"error: dec_attn_rope d{D}: not the bytes of step_rope_cache + dec_attn_act")
-        raise SystemExit(1)
-    nbytes = B * K * n * D * 2 * kc0.dtype.itemsize + qkv.nbytes + a1.nbytes
-    return [row("dec_attn_rope rope64 (same bytes)", preset, (B, H, n, D), median_ms(one), median_ms(two),
-                nbytes=nbytes, peer="rope+attn")]
 
 
 if __name__ == "__main__":

@@ -64,15 +64,6 @@ STEP_ADD_NORM = STEP_VIEWS     # ... and each residual add with the RMSNorm afte
                                # (step_add_rmsnorm: 2 launches a layer fewer, the same bits as add_v8 then
                                # rmsnorm_fwd_v8): B 16 30,653, B 64 88,417 with both; the compressor at base
                                # 236 -> 277 KB/s compressing, 175 -> 204 decompressing (400 kB, compress.py)
-STEP_PDL = False               # the captured step's own kernels (RoPE + cache write, the attention, each
-                               # add + RMSNorm, SwiGLU) launched with PDL where the GPU takes it, so each starts
-                               # while the product before it ends; meant to give the same bits. Written in the
-                               # thirty-third session and not yet run on a GPU (no device lent after it was
-                               # written), so off; BYTEMODEL_STEP_PDL=1 / 0 turns it on / off whatever this says
-STEP_ROPE_ATTN = False         # with STEP_VIEWS: RoPE, the cache write and the attention in one launch a layer
-                               # (gpu/decode.cu dec_attn_rope_d*: step_rope_cache's and dec_attn_act's arithmetic,
-                               # meant to give the same bits). Written in the thirty-third session, not yet run on a
-                               # GPU, so off; BYTEMODEL_STEP_ROPE_ATTN=1 / 0 turns it on / off whatever this says
 MMA_MAX_IN = 2048              # widest input of a tensor-core product (a warp holds its chunks in registers)
 MMA_SMEM = 100 * 1024          # shared memory a tensor-core CTA may take
 SAMPLE_MAX_VOCAB = 8192        # the sampler keeps a row in shared memory
@@ -241,30 +232,6 @@ class Sampler:
             launch(self.fn, (self.B,), (_THREADS,), args, self.smem)
 
 
-def _switch(default: bool, var: str) -> bool:
-    """A module switch, unless the environment variable `var` says 1 (on) or 0 (off)."""
-    return os.environ.get(var, "1" if default else "0") != "0"
-
-
-def pdl_launcher(ops, stream):
-    """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, PDL not turned
-    off, a probe kernel launched that way on `stream` ran), else None: the ordinary launches."""
-    from . import gpu_capability
-    if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
-        return None
-    try:
-        from .cuda_launch import Launcher
-        launcher = Launcher()
-        flag = cp.zeros((1,), dtype=cp.int32)
-        cp.cuda.Stream.null.synchronize()       # the zeros (null stream) before the probe (stream)
-        probe = _module(_FILE, ops.precision).get_function("dec_pdl_probe")
-        launcher(probe.kernel.ptr, (1,), (32,), (flag,), 0, stream.ptr)
-        stream.synchronize()
-        return launcher if int(flag[0]) == 1 else None
-    except Exception:       # no driver entry point, no handle: the ordinary launches
-        return None
-
-
 class BlasStep:
     """Model.forward_cached of one token per sequence (T = 1) through the backend's own ops, in
     its order, with the three position-dependent pieces read from device memory, so that a step
@@ -293,22 +260,10 @@ class BlasStep:
         self.k_add_norm = mod.get_function("step_add_rmsnorm") if STEP_ADD_NORM and C % 8 == 0 else None
         self.k_attn1 = _module(_FILE, ops.precision).get_function(f"dec_attn_d{D}")
         self.k_attn_act = _module(_FILE, ops.precision).get_function(f"dec_attn_act_d{D}") if STEP_VIEWS else None
-        self.k_attn_rope = (_module(_FILE, ops.precision).get_function(f"dec_attn_rope_d{D}")
-                            if STEP_VIEWS and _switch(STEP_ROPE_ATTN, "BYTEMODEL_STEP_ROPE_ATTN") and D % 16 == 0
-                            else None)
         self.unused = cp.zeros((1,), dtype=cp.float32)    # the split buffers a one-split attention never touches
         self.scale_log2 = _scale_log2(D)
         self.pool = cp.cuda.MemoryPool()
         self.blas = StreamBlas(stream)
-        self.pdl = pdl_launcher(ops, stream) if _switch(STEP_PDL, "BYTEMODEL_STEP_PDL") else None
-
-    def _k(self, fn, grid, block, args) -> None:
-        """Launch one of the step's own kernels on the current stream: with PDL where set up (it then
-        starts while the product before it ends, gpu/step.cu), else the ordinary way."""
-        if self.pdl is None:
-            fn(grid, block, args)
-        else:
-            self.pdl(fn.kernel.ptr, grid, block, args, 0, cp.cuda.get_current_stream().ptr)
 
     def own_handle(self):
         """A context in which the backend's products use this step's cuBLAS handle (StreamBlas)."""
@@ -319,7 +274,7 @@ class BlasStep:
         cache: the layers' (keys, values) (B, K, S, D). Nothing here reads a position on the host."""
         m, o, cfg = self.model, self.ops, self.cfg
         B = ids.shape[0]
-        D, C = cfg.head_dim, cfg.d_model
+        H, K, D, C = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_model
         W, eps, i32 = self.W, cfg.norm_eps, np.int32
         S = cache[0][0].shape[2]
         self.k_rope_row((1,), (max(32, D // 2),), (cos_t, sin_t, self.cos1, self.sin1, rope_at, i32(D // 2)))
@@ -329,50 +284,25 @@ class BlasStep:
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
             kc, vc = cache[i]
-            a = self._attention(o.matmul_forward(h1, W[p + "wqkv"]), kc, vc, slot_at, keys_at, B, S)
+            q = self._qkv_to_cache(o.matmul_forward(h1, W[p + "wqkv"]), kc, vc, slot_at, B, S)
+            it = q.itemsize
+            if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
+                a = cp.empty((B, H * D), dtype=o.act_dtype)
+                self.k_attn_act((B * H, 1), (128,), (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it),
+                                                     kc, vc, self.unused, self.unused, a, keys_at, i32(H), i32(K),
+                                                     i32(S), i32(S), np.float32(self.scale_log2)))
+            else:
+                qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
+                att = cp.empty((B * H, D), dtype=cp.float32)
+                self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S),
+                                                  i32(S), np.float32(self.scale_log2)))
+                a = att.astype(o.act_dtype).reshape(B, H * D)
             x, h2 = self._add_norm(x, o.matmul_forward(a, W[p + "wo"]), W[p + "mlp_norm"])
-            sw = self._swiglu(o.matmul_forward(h2, W[p + "w_gateup"]))
+            u = o.matmul_forward(h2, W[p + "w_gateup"])
+            sw, _ = o.swiglu_forward(u)
             nxt = W[f"layers.{i + 1}.attn_norm"] if i + 1 < cfg.n_layers else W["norm_f"]
             x, h1 = self._add_norm(x, o.matmul_forward(sw, W[p + "w_down"]), nxt)
         return o.matmul_forward(h1, m.head(W)[0])
-
-    def _attention(self, qkv, kc, vc, slot_at, keys_at, B, S):
-        """The projection's (B, (H + 2K) D) -> the attention's output (B, H D) in the activation dtype,
-        the new keys and values written into the cache at slot_at[0], keys_at[0] + 1 keys attended:
-        dec_attn_rope's one launch (STEP_ROPE_ATTN), or RoPE and the cache write (_qkv_to_cache) then
-        dec_attn_act on q as it is (STEP_VIEWS), or dec_attn on a float32 copy of q."""
-        o, cfg, i32 = self.ops, self.cfg, np.int32
-        H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        sl = np.float32(self.scale_log2)
-        if self.k_attn_rope is not None and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
-            a = cp.empty((B, H * D), dtype=o.act_dtype)
-            self._k(self.k_attn_rope, (B * H, 1), (128,),
-                    (qkv, self.cos1, self.sin1, kc, vc, a, slot_at, keys_at, i32(H), i32(K), i32(S), sl))
-            return a
-        q = self._qkv_to_cache(qkv, kc, vc, slot_at, B, S)
-        it = q.itemsize
-        if self.k_attn_act is not None and q.strides[3] == it:   # q as it is, the output in act_t
-            a = cp.empty((B, H * D), dtype=o.act_dtype)
-            self._k(self.k_attn_act, (B * H, 1), (128,),
-                    (q, np.int64(q.strides[0] // it), np.int64(q.strides[1] // it), kc, vc, self.unused,
-                     self.unused, a, keys_at, i32(H), i32(K), i32(S), i32(S), sl))
-            return a
-        qf = cp.ascontiguousarray(q[:, :, 0], dtype=cp.float32).reshape(B * H, D)
-        att = cp.empty((B * H, D), dtype=cp.float32)
-        self.k_attn1((B * H, 1), (128,), (qf, kc, vc, att, att, att, keys_at, i32(H), i32(K), i32(S), i32(S), sl))
-        return att.astype(o.act_dtype).reshape(B, H * D)
-
-    def _swiglu(self, u):
-        """ops.swiglu_forward's output: with PDL, its kernel's PDL twin (gpu/swiglu.cu swiglu_fwd_v8_pdl,
-        the same arithmetic) launched through _k."""
-        o = self.ops
-        N, F = u.shape[0], u.shape[1] // 2
-        if self.pdl is None or F % 8 or u.dtype != o.act_dtype or not u.flags.c_contiguous:
-            return o.swiglu_forward(u)[0]
-        out = cp.empty((N, F), dtype=o.act_dtype)
-        self._k(o._fn("swiglu_fwd_v8_pdl", "swiglu.cu"), (_blocks_of(N * F // 8),), (_THREADS,),
-                (u, out, np.int64(N), np.int32(F)))
-        return out
 
     def _qkv_to_cache(self, qkv, kc, vc, slot_at, B, S):
         """The projection's (B, (H + 2K) * D) -> q (B, H, 1, D) rotated, the keys rotated and the values
@@ -382,8 +312,8 @@ class BlasStep:
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         if self.k_rope_cache is not None and D % 16 == 0 and qkv.dtype == o.act_dtype and qkv.flags.c_contiguous:
             q = cp.empty((B, H, 1, D), dtype=o.act_dtype)
-            self._k(self.k_rope_cache, (_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),
-                    (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
+            self.k_rope_cache((_blocks_of(B * (H + 2 * K) * (D // 16)),), (_THREADS,),
+                              (qkv, self.cos1, self.sin1, q, kc, vc, slot_at, i32(B), i32(H), i32(K), i32(S), i32(D)))
             return q
         q, k, v = o.qkv_rope_forward(qkv, self.cos1, self.sin1, B, 1, H, K)
         kk = cp.ascontiguousarray(k.reshape(B * K, D))
@@ -400,9 +330,8 @@ class BlasStep:
             x = o.add(x, y)
             return x, o.rmsnorm_forward(x, g, self.cfg.norm_eps)[0]
         xo, out = cp.empty_like(x), cp.empty_like(x)
-        x, g = cp.ascontiguousarray(x), o._act(g)      # (no copies in the step: x is a fresh buffer, g cast once)
-        self._k(self.k_add_norm, ((N + 7) // 8,), (256,), (x, y, g, xo, out, np.int64(N), np.int32(C),
-                                                           np.float32(self.cfg.norm_eps)))
+        self.k_add_norm(((N + 7) // 8,), (256,), (cp.ascontiguousarray(x), y, o._act(g), xo, out, np.int64(N),
+                                                 np.int32(C), np.float32(self.cfg.norm_eps)))
         return xo, out
 
 
@@ -537,7 +466,22 @@ class Decoder:
         return launcher, fn, G, smem
 
     def _pdl_setup(self):
-        return pdl_launcher(self.ops, self.stream)
+        """A cuda_launch.Launcher when this GPU launches with PDL (compute capability 9.0+, a probe
+        kernel launched that way ran), else None: the ordinary launches."""
+        from . import gpu_capability
+        if not PDL or os.environ.get("BYTEMODEL_PDL") == "0" or gpu_capability() < (9, 0):
+            return None
+        try:
+            from .cuda_launch import Launcher
+            launcher = Launcher()
+            flag = cp.zeros((1,), dtype=cp.int32)
+            cp.cuda.Stream.null.synchronize()       # the zeros (null stream) before the probe (self.stream)
+            probe = _module(_FILE, self.ops.precision).get_function("dec_pdl_probe")
+            launcher(probe.kernel.ptr, (1,), (32,), (flag,), 0, self.stream.ptr)
+            self.stream.synchronize()
+            return launcher if int(flag[0]) == 1 else None
+        except Exception:       # no driver entry point, no handle: the ordinary launches
+            return None
 
     def _k(self, fn, grid, block, args, shared_mem: int = 0) -> None:
         """Launch one kernel of the kernel path on the decoder's stream (with PDL when set up)."""
