@@ -115,12 +115,13 @@ class RunData:
         return None if allowed.all() else allowed
 
     def note(self, path) -> str:
-        """One line for a run from before the record ("" for a run that has it)."""
+        """One line for a checkpoint without the record ("" for a run that has it): a run from
+        before the record, or weights from `import-hf`."""
         if self.recorded:
             return ""
         how = f"reader {self.reader}" if self.reader else "files read by detection"
-        return (f"note: {path} predates the record of a run's reader and byte values: {how}, "
-                f"every byte may be sampled")
+        return (f"note: {path} has no record of the reader and byte values it was trained on (a run from "
+                f"before the record, or imported weights): {how}, every byte may be sampled")
 
 
 def describe_bytes(values) -> str:

@@ -106,7 +106,7 @@ def test_an_old_run_keeps_the_old_behaviour_with_a_note(fasta_run, tmp_path):
     lm = bytemodel.load(old)
     assert lm.data.byte_values is None and lm.reader == "" and lm.data.allowed_ids(lm.tokenizer) is None
     r = runner.invoke(app, ["generate", "-c", str(old), "-n", "20"])
-    assert r.exit_code == 0 and "predates the record" in r.output
+    assert r.exit_code == 0 and "has no record of the reader" in r.output
     assert "trained before runs recorded" in runner.invoke(app, ["info", str(old)]).output
 
 
