@@ -6,6 +6,7 @@ from uniform and the files below are many contexts long.
 from __future__ import annotations
 
 import gzip
+import lzma
 import io
 import hashlib
 import json
@@ -279,6 +280,35 @@ def test_cli_round_trip_and_refusals(run_dir, other_run, tmp_path):
     code, out = _cli(["decompress", packed, "-c", other_run, "-o", tmp_path / "wrong"])
     assert code != 0 and _one_error_line(out) and "compressed with checkpoint" in out
     assert not (tmp_path / "wrong").exists()
+
+
+def test_eval_runs_the_compressors_while_the_model_scores(lm, tmp_path, monkeypatch):
+    """evaluate starts the four compressors on threads before the model scores: a model that waits
+    (up to 10 s) for gzip to have started sees it started, and every size is still the size."""
+    import threading
+    from bytemodel.compress import evaluate as ev
+    started, seen = threading.Event(), []
+    plain = ev.COMPRESS["gzip -9"]
+
+    def gzip_mark(d):
+        started.set()
+        return plain(d)
+
+    class Waiting:
+        def __getattr__(self, k):
+            return getattr(lm, k)
+
+        def score_documents(self, docs):
+            seen.append(started.wait(10))
+            return lm.score_documents(docs)
+    monkeypatch.setitem(ev.COMPRESS, "gzip -9", gzip_mark)
+    f = tmp_path / "z.txt"
+    f.write_bytes(_dna(900, seed=4))
+    res = ev.evaluate(Waiting(), [f], "text")
+    assert seen == [True], seen
+    row = res["files"][0]
+    assert row["compressed_bytes"]["gzip -9"] == len(gzip.compress(f.read_bytes(), 9, mtime=0))
+    assert row["compressed_bytes"]["xz -9e"] == len(lzma.compress(f.read_bytes(), preset=9 | lzma.PRESET_EXTREME))
 
 
 def test_cli_eval_table_and_json(run_dir, lm, tmp_path):
