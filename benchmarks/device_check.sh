@@ -25,6 +25,8 @@
 #     bash benchmarks/device_check.sh graph      # issue 28: small and base training with the step captured as one CUDA graph
 #                                                # (gpu_train.py --graph: the launches it saves) beside the launched step and torch.compile
 #     bash benchmarks/device_check.sh score      # issue 24: score's tail on the GPU (tests/test_score.py, score.py --whole-forward)
+#     bash benchmarks/device_check.sh eval       # issue 24: eval's compressors beside the model (12 MB of shared libraries,
+#                                                # base): eval, score and the compressors alone, timed; GPU tests first
 #     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
 #                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
@@ -194,6 +196,32 @@ if [ "$only" = score ]; then   # score's tail on the GPU (ops/scorer.TAIL): its 
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/score_tests.log" | head -5; tail -1 "$OUT/score_tests.log"
     timeout 150 python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.02 --whole-forward \
         --rounds 3 2>&1 | tail -6
+    exit 0
+fi
+if [ "$only" = eval ]; then   # issue 24: `eval` with the compressors on threads beside the model's scoring
+    n=""; python3 -c "import xdist" 2>/dev/null && n="-n 12"
+    step "the decoder's, the compressor's and score's GPU tests"
+    timeout ${TEST_S:-150} python3 -m pytest -q -p no:cacheprovider $n -m gpu tests/test_decode_gpu.py tests/test_compress_gpu.py \
+        tests/test_score.py -rfE > "$OUT/eval_tests.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/eval_tests.log" | head -5; tail -1 "$OUT/eval_tests.log"
+    python3 -c "
+import glob, os
+fs = sorted((f for f in glob.glob('/usr/lib/x86_64-linux-gnu/*.so*') if not os.path.islink(f)), key=os.path.getsize, reverse=True)
+out = b''.join(open(f, 'rb').read() for f in fs[:40])[:12_000_000]
+open('/tmp/libs.bin', 'wb').write(out); print('libs.bin', len(out), 'bytes of shared libraries')"
+    step "a base model (3 steps: the speed does not depend on the weights), then eval / score / the compressors alone"
+    timeout 120 python3 -m bytemodel.cli train --source /tmp/libs.bin --preset base --steps 3 --device cuda --no-baseline -q \
+        --out /tmp/evalrun > "$OUT/eval_train.log" 2>&1; echo "rc=$?"
+    for c in "score /tmp/libs.bin -c /tmp/evalrun --device cuda" "eval /tmp/libs.bin -c /tmp/evalrun --device cuda" \
+             "score /tmp/libs.bin -c /tmp/evalrun --device cuda" "eval /tmp/libs.bin -c /tmp/evalrun --device cuda"; do
+        t0=$(date +%s.%N); timeout 120 python3 -m bytemodel.cli $c > /tmp/eval_out.txt 2>&1; rc=$?
+        echo "$c: rc=$rc $(awk "BEGIN{print $(date +%s.%N) - $t0}") s"; tail -2 /tmp/eval_out.txt
+    done
+    python3 -c "
+import time
+from bytemodel.compress import evaluate as ev
+d = open('/tmp/libs.bin', 'rb').read()
+t = time.perf_counter(); ev.compressed_sizes(d); print(f'the four compressors one after another (eval before): {time.perf_counter() - t:.2f} s')"
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
