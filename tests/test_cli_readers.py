@@ -41,6 +41,15 @@ def test_data_list_shows_the_catalogue(run):
     assert "shipped" in r.output
 
 
+def test_data_list_keeps_every_name_whole_at_80_columns(run, monkeypatch):
+    """Piped (rich's 80 columns): each name stands whole on one line, to be typed back."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = run("data", "list")
+    assert r.exit_code == 0, r.output
+    for name in datasets.load_catalogue():
+        assert f"│ {name} " in r.output, name
+
+
 def test_data_get_prints_the_folder(run, tmp_path):
     r = run("data", "get", "lambda-phage", "--dest", str(tmp_path / "out"))
     assert r.exit_code == 0, r.output

@@ -14,8 +14,9 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
     t = Table(title=title, title_justify="left", show_lines=False)
+    name_width = max([len(columns[0])] + [len(r[0]) for r in rows])
     for i, c in enumerate(columns):    # the first column (a name to type back) is never cut
-        t.add_column(c, overflow="fold", no_wrap=i == 0, min_width=max([len(c)] + [len(r[0]) for r in rows]) if i == 0 else None)
+        t.add_column(c, overflow="fold", no_wrap=i == 0, min_width=name_width if i == 0 else None)
     for r in rows:
         t.add_row(*r)
     Console(width=max(100, Console().width)).print(t)

@@ -10,16 +10,20 @@ same figures, so a log holds every validation once and nothing cut short.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
+
+MIN_WIDTH = 60   # the essential fields fit from here up (tests/test_progress.py checks 60..200)
 
 
 def plus_minus(se) -> str:
     """" ± se" for a validation's standard error, or nothing where there is none (one window held
     out gives NaN; a run that never validated, None)."""
-    return f" ± {se:.4f}" if isinstance(se, (int, float)) and se == se and abs(se) != float("inf") else ""
-
-MIN_WIDTH = 60   # the essential fields fit from here up (tests/test_progress.py checks 60..200)
+    try:
+        return f" ± {se:.4f}" if se is not None and math.isfinite(se) else ""
+    except TypeError:
+        return ""
 
 
 def _clock(s: float | None) -> str:
