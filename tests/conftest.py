@@ -5,6 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# the compressor codes with the model even where its toy models expand a file (bytemodel would pack
+# such a file's bytes instead: compress/driver.py): the tests exercise the model's coding; the tests
+# of the packed view turn it back on (monkeypatch.setenv("BYTEMODEL_PACK", "1"))
+os.environ["BYTEMODEL_PACK"] = "0"
+
 # a small model and short runs so the training tests take seconds on two cores
 # (no loss.png and no compressor baselines: tests of those turn them on)
 FAST = dict(preset="tiny", context=32, batch_size=4, eval_every=5, eval_tokens=512, warmup=2,

@@ -6,10 +6,10 @@ from uniform and the files below are many contexts long.
 from __future__ import annotations
 
 import gzip
-import lzma
-import io
 import hashlib
+import io
 import json
+import lzma
 import os
 import struct
 import subprocess
@@ -451,7 +451,7 @@ def test_the_header_dictionary_is_frozen_and_pays(lm):
     data = _dna(700, seed=29)
     blob = lm.compress(data, streams=3)
     header, payload = bmz.read(blob)
-    assert header["version"] == bmz.VERSION == 4
+    assert header["version"] == bmz.VERSION == 5
     hlen = struct.unpack("<I", blob[len(bmz.MAGIC) + 2:len(bmz.MAGIC) + 6])[0]
     v3 = _plain_pack({**header, "version": 3}, payload, 3)
     plain = len(v3) - len(payload) - len(bmz.MAGIC) - 6 - 32       # its header, deflated without the dictionary
@@ -459,6 +459,62 @@ def test_the_header_dictionary_is_frozen_and_pays(lm):
     assert bmz.read(v3)[0]["version"] == 3 and lm.decompress(v3) == data
     with pytest.raises(bmz.CompressError, match="malformed"):       # container 4, header 3: refused
         bmz.read(_plain_pack({**header, "version": 3}, payload, 4))
+
+
+def _text(n: int) -> bytes:
+    src = b"".join(p.read_bytes() for p in sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md")))
+    return src[:n]
+
+
+def test_a_file_the_model_expands_is_packed_instead(lm, run_dir, tmp_path, monkeypatch):
+    """English under a model of four letters: its coding would take more bits than the file has, so
+    the .bmz holds the bytes packed by the best of none / zlib / xz (view "packed", no tokens): no
+    larger than the file plus the header, decoded exactly, through the API and the CLI. A file the
+    model does compress stays the model's; BYTEMODEL_PACK=0 keeps the model's coding."""
+    monkeypatch.setenv("BYTEMODEL_PACK", "1")
+    data = _text(20_000)
+    stats: dict = {}
+    blob = lm.compress(data, streams=4, stats=stats)
+    header, payload = bmz.read(blob)
+    assert stats["model_bits"] > 8 * len(data)                     # the model alone would have expanded it
+    assert header["view"]["kind"] == "packed" and header["layout"]["tokens"] == 0
+    assert header["view"]["coder"] == "xz" and len(payload) == len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME))
+    assert len(blob) < len(data) and lm.decompress(blob) == data
+    dna = _dna(3000, seed=41)
+    assert bmz.read(lm.compress(dna, streams=4))[0]["view"]["kind"] == "as-is"
+    f = tmp_path / "english.txt"
+    f.write_bytes(data)
+    code, out = _cli(["compress", f, "-c", run_dir])
+    assert code == 0 and "packed by xz, not the model: the model's coding of bytes as they are" in out, out
+    code, out = _cli(["decompress", tmp_path / "english.txt.bmz", "-c", run_dir, "-o", tmp_path / "back.txt"])
+    assert code == 0 and (tmp_path / "back.txt").read_bytes() == data, out
+    monkeypatch.setenv("BYTEMODEL_PACK", "0")
+    assert bmz.read(lm.compress(data, streams=4))[0]["view"]["kind"] == "as-is"
+
+
+def test_a_packed_view_is_held_to_its_rules(lm, monkeypatch):
+    """A packed header that claims tokens, or comes in a version before 5, is refused; a version 4
+    file (no packed view) still decodes."""
+    monkeypatch.setenv("BYTEMODEL_PACK", "1")
+    data = _text(12_000)
+    header, payload = bmz.read(lm.compress(data, streams=2))
+    assert header["view"]["kind"] == "packed"
+    with pytest.raises(bmz.CompressError, match="malformed"):
+        bmz.read(bmz._pack({**header, "layout": {**header["layout"], "tokens": 5, "streams": 1}}, payload))
+    import zlib as _z
+    from bytemodel.compress.zdict import HEADER_ZDICT
+
+    def v4(h, p):
+        text = json.dumps({**h, "version": 4}, sort_keys=True, separators=(",", ":")).encode()
+        z = _z.compressobj(9, _z.DEFLATED, 15, 9, _z.Z_DEFAULT_STRATEGY, HEADER_ZDICT)
+        hz = z.compress(text) + z.flush()
+        body = bmz.MAGIC + struct.pack("<HI", 4, len(hz)) + hz + p
+        return body + hashlib.sha256(body).digest()
+    with pytest.raises(bmz.CompressError, match="unknown view"):
+        bmz.read(v4(header, payload))
+    dna = _dna(900, seed=43)
+    h2, p2 = bmz.read(lm.compress(dna, streams=2))
+    assert h2["view"]["kind"] == "as-is" and lm.decompress(v4(h2, p2)) == dna
 
 
 def test_version_1_files_still_decode(lm):

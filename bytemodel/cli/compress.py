@@ -127,8 +127,8 @@ def compress(
             n = len(data)
             rate = (f"{8 * len(blob) / n:.4f} bits/byte; model cross-entropy {stats.get('model_bits', 0) / n:.4f}, "
                     if n else "an empty file: the header and checksum only; ")
-            typer.echo(f"{file}: {n:,} -> {len(blob):,} bytes ({rate}{stats.get('streams', 0)} "
-                       f"streams; {stats['view'].describe()}"
+            streams = "" if stats["view"].kind == "packed" else f"{stats.get('streams', 0)} streams; "
+            typer.echo(f"{file}: {n:,} -> {len(blob):,} bytes ({rate}{streams}{stats['view'].describe()}"
                        f"{'; adapting, ' + _adapt_words(settings) if settings else ''}) -> {target}", err=True)
 
 

@@ -19,10 +19,13 @@ from .view import KINDS, LAYOUT_CODERS
 from .zdict import HEADER_ZDICT
 
 MAGIC = b"\x89BMZ\r\n\x1a\n"
-VERSION = 4                  # 4: the header deflated against zdict.HEADER_ZDICT (~500 bytes less a file);
+VERSION = 5                  # 5: the view "packed" (the model's coding came out larger than the file: the
+                             #    bytes packed by the best of none / zlib / xz instead);
+                             # 4: the header deflated against zdict.HEADER_ZDICT (~500 bytes less a file);
                              # 3: the view (the reader's split: documents + a layout after the coder's words);
                              # 2: the layout names its engine and re-read policy (1: the lockstep engine, re-read window/2)
-READS = (1, 2, 3, 4)         # container versions this code decodes
+READS = (1, 2, 3, 4, 5)      # container versions this code decodes
+PACKED_FROM = 5              # the first version that may hold a packed view
 ZDICT_FROM = 4               # the first version whose header is deflated against HEADER_ZDICT
 FORMAT = "bytemodel-compressed"
 _FIXED = len(MAGIC) + 2 + 4  # magic, version, header length
@@ -143,7 +146,7 @@ def read(blob: bytes) -> tuple[dict, bytes]:
             header["view"] = {"kind": "as-is", "coder": "none", "layout_bytes": 0, "why": "", "format": "",
                               "coded": header["original"]}         # before version 3: the bytes as they are
         v = header.get("view") if isinstance(header, dict) else None
-        if isinstance(v, dict) and v.get("kind") != "split":
+        if isinstance(v, dict) and v.get("kind") not in ("split", "packed"):
             v["coded"] = header.get("original")    # as-is and content: what the model coded IS the original
         _validate(header, version)
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, zlib.error) as e:
@@ -203,12 +206,15 @@ def _validate(h: dict, version: int = VERSION) -> None:
     orig, lay, c, backend = _dict(h, "original"), _dict(h, "layout"), _dict(h, "coder"), _dict(h, "backend")
     v = _dict(h, "view")
     if v["kind"] not in KINDS or v["coder"] not in LAYOUT_CODERS or not isinstance(v["why"], str) \
-            or not isinstance(v["format"], str) or not isinstance(_dict(v, "coded")["sha256"], str):
+            or not isinstance(v["format"], str) or not isinstance(_dict(v, "coded")["sha256"], str) \
+            or (v["kind"] == "packed" and version < PACKED_FROM):
         raise ValueError("unknown view")
     lb = _int(v, "layout_bytes")
     _int(v["coded"], "bytes")
-    if (v["kind"] != "split") != (lb == 0 and v["coder"] == "none"):
+    if (v["kind"] not in ("split", "packed")) != (lb == 0 and v["coder"] == "none"):
         raise ValueError("inconsistent view")
+    if v["kind"] == "packed" and (v["coded"]["bytes"] != 0 or _int(_dict(h, "layout"), "tokens") != 0):
+        raise ValueError("inconsistent view: a packed file codes no tokens")
     _int(orig, "bytes")
     if not isinstance(orig["sha256"], str):
         raise ValueError("original sha256 missing")

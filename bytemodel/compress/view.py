@@ -14,6 +14,10 @@ Kinds (the container's view.kind, and the summary line):
 - "content" (opt in, images only): the model codes the decoded pixels (the image reader's
   document at the file's own size and mode); decompression re-encodes them losslessly in the
   file's own format (PNG, BMP, TIFF, PNM, lossless WebP): the pixels are exact, the bytes are not.
+- "packed" (chosen after coding, never planned): the model's coding of the file came out larger
+  than the file itself (a model that has not learnt this kind of data), so the model codes
+  nothing and the file's bytes go in packed by the best of none / zlib -9 / xz -9e (packed()).
+  A .bmz is never larger than its file plus the header.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from ..errors import CompressError
 from ..readers.packing import Packer, Unpacker
 
-KINDS = ("split", "as-is", "content")
+KINDS = ("split", "as-is", "content", "packed")
 LAYOUT_CODERS = ("none", "zlib", "xz")
 MIN_SHARE = 0.5              # a split whose documents hold less of the file than this codes the bytes as-is
 CONTENT_FORMATS = {"PNG": {}, "BMP": {}, "TIFF": {}, "PPM": {}, "WEBP": {"lossless": True}}
@@ -49,6 +53,8 @@ class View:
             return f"{self.reader} split: {self.documents} document(s) + {len(self.blob):,}-byte layout ({self.coder})"
         if self.kind == "content":
             return f"pixel content ({self.format}, re-encoded losslessly: pixels exact, not the file's bytes)"
+        if self.kind == "packed":
+            return f"packed by {self.coder}, not the model: {self.why}"
         return f"bytes as they are ({self.why})"
 
 
@@ -113,9 +119,19 @@ def plan(raw: bytes, reader=None, content: bool = False) -> View:
     return View("split", name, data, blob, coder, documents=len(docs))
 
 
+def packed(raw: bytes, reader: str, why: str) -> View:
+    """The view of a file the model codes no part of: its bytes packed by the best of none / zlib / xz."""
+    coder, blob = _pack(raw)
+    return View("packed", reader, b"", blob, coder, why=why, documents=0)
+
+
 def rebuild(view: dict, reader, coded: bytes, blob: bytes, limit: int) -> bytes:
     """The file from the decoded bytes and the layout blob (limit: the original's length)."""
     kind = view["kind"]
+    if kind == "packed":
+        if coded:
+            raise CompressError("malformed .bmz file: a packed file codes no tokens")
+        return _unpack(view["coder"], blob, limit)
     if kind == "as-is":
         if blob:
             raise CompressError("malformed .bmz file: an as-is view has no layout")
