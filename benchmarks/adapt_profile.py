@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -27,6 +28,10 @@ from bytemodel.compress import adapt as adapt_mod
 from bytemodel.compress import driver, mix3d, mix3f
 from bytemodel.compress.adapt import Fresh, settings
 from bytemodel.decode import lockstep
+
+# the model's coding timed and sized even where it would expand the file (random weights do;
+# `compress` would pack such a file's bytes instead: compress/driver.py)
+os.environ.setdefault("BYTEMODEL_PACK", "0")
 
 
 MIX = [None]     # --mix

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 import bytemodel.ops as ops_mod
 from bytemodel.chat import Chat
 from bytemodel.chat_template import chat_tokenizer

@@ -33,6 +33,10 @@ from pathlib import Path
 import bytemodel
 from bytemodel.resources import datasets_dir
 
+# the model's coding timed and sized even where it would expand the file (random weights do;
+# `compress` would pack such a file's bytes instead: compress/driver.py)
+os.environ.setdefault("BYTEMODEL_PACK", "0")
+
 
 SAMPLE = datasets_dir() / "klebsiella_hs11286_1m.fa.gz"
 

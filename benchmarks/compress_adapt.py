@@ -29,6 +29,10 @@ from bytemodel.compress import driver
 from bytemodel.compress.adapt import Fresh, settings
 from bytemodel.readers import detect, get_reader
 
+# the model's coding timed and sized even where it would expand the file (random weights do;
+# `compress` would pack such a file's bytes instead: compress/driver.py)
+os.environ.setdefault("BYTEMODEL_PACK", "0")
+
 
 def peers(data: bytes) -> dict:
     """name -> (bytes, compress KB/s, decompress KB/s), each timed once, in-process."""

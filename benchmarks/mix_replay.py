@@ -12,6 +12,7 @@ the range coder's payload was within 0.01% of it in every recorded file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -21,6 +22,10 @@ import bytemodel
 from bytemodel.compress import driver, mix2
 from bytemodel.compress.adapt import Fresh, settings
 from bytemodel.readers import detect, get_reader
+
+# the model's coding timed and sized even where it would expand the file (random weights do;
+# `compress` would pack such a file's bytes instead: compress/driver.py)
+os.environ.setdefault("BYTEMODEL_PACK", "0")
 
 
 def record(out: str, path: str, mspec: str, mode: str) -> None:
