@@ -103,7 +103,9 @@ def compress(
 
     The model codes the run's reader's view of the file where that reader splits it exactly (a
     FASTA file's bases, a pcm16 WAV's samples) and a general-purpose coder the small rest
-    (headers, line lengths); elsewhere the bytes as they are. The summary line says which.
+    (headers, line lengths); elsewhere the bytes as they are. Where the model would make the file
+    larger (data unlike what it learnt), the bytes go in packed by xz / zlib instead. The summary
+    line says which.
 
     The .bmz file names the checkpoint (and the SHA-256 of its weights and tokenizer), the device
     that computed the probabilities, and the original's length and SHA-256; decompress it with the
