@@ -333,6 +333,16 @@ def test_fasta_writer_makes_any_bytes_valid(tmp_path):
     assert one(out) == b"ACGTNNNx*-"
 
 
+def test_fasta_writer_keeps_a_header_the_data_begins_with(tmp_path):
+    """A record given whole (">name\\nbases"): its header line is the file's, not bases turned to N;
+    the reader's header option still wins; a header alone gives an empty record."""
+    out = write_output(b">chr1 my sample\nACGT\nacgt", tmp_path / "h.fa")
+    assert out.read_bytes() == b">chr1 my sample\nACGTacgt\n"
+    out = write_output(b">chr1\nACGT", tmp_path / "o.fa", fmt="fasta:header=mine")
+    assert out.read_bytes() == b">mine\nACGT\n"
+    assert write_output(b">only", tmp_path / "e.fa").read_bytes() == b">only\n"
+
+
 # ---- zstd ------------------------------------------------------------------------------------------
 def _zst(data: bytes, **kw) -> bytes:
     import zstandard
