@@ -46,18 +46,16 @@ def _size(name: str, data: bytes) -> int | None:
     return None if out is None else len(out)
 
 
-def compressed_sizes(data: bytes, pool: ThreadPoolExecutor | None = None) -> dict:
-    """Bytes each compressor needs for data (zstd -19: None where zstandard is not installed).
-    pool: the compressors are started on it and futures come back instead (evaluate collects them
-    once the model has scored)."""
-    if pool is None:
-        return {c: _size(c, data) for c in COMPRESSORS}
-    return {c: pool.submit(_size, c, data) for c in COMPRESS}
+def compressed_sizes(data: bytes) -> dict:
+    """Bytes each compressor needs for data (zstd -19: None where zstandard is not installed)."""
+    return {c: _size(c, data) for c in COMPRESSORS}
 
 
-def _row(name: str, view: str, docs: list[bytes], lm, adapt=None, pool=None) -> dict:
+def _row(name: str, view: str, docs: list[bytes], lm, adapt, pool: ThreadPoolExecutor) -> dict:
+    """One row; its "compressed_bytes" are futures on pool (started first: they run while the
+    model scores), which evaluate collects."""
     joined = b"".join(docs)
-    sizes = compressed_sizes(joined, pool)      # started first: they run while the model scores
+    sizes = {c: pool.submit(_size, c, joined) for c in COMPRESS}
     if adapt is None:
         bits = lm.score_documents(docs)["bits"] if joined else 0.0   # every document in shared batches
     else:                      # as `compress --adapt` codes them: joined, in its streams, learning
