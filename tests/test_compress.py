@@ -512,6 +512,15 @@ def test_a_packed_view_is_held_to_its_rules(lm, monkeypatch):
         return body + hashlib.sha256(body).digest()
     with pytest.raises(bmz.CompressError, match="unknown view"):
         bmz.read(v4(header, payload))
+    # garbage behind a valid checksum: one error, nothing returned; a stream longer than the file: refused
+    junk = bytes(range(256)) * 4
+    lie = {**header, "payload_bytes": len(junk), "view": {**header["view"], "layout_bytes": len(junk)}}
+    with pytest.raises(bmz.CompressError, match="packed data is corrupt"):
+        lm.decompress(bmz._pack(lie, junk))
+    longer = lzma.compress(data + b"more", preset=9 | lzma.PRESET_EXTREME)
+    lie = {**header, "payload_bytes": len(longer), "view": {**header["view"], "layout_bytes": len(longer)}}
+    with pytest.raises(bmz.CompressError, match="packed data is corrupt"):
+        lm.decompress(bmz._pack(lie, longer))
     dna = _dna(900, seed=43)
     h2, p2 = bmz.read(lm.compress(dna, streams=2))
     assert h2["view"]["kind"] == "as-is" and lm.decompress(v4(h2, p2)) == dna

@@ -69,8 +69,9 @@ def _pack(blob: bytes) -> tuple[str, bytes]:
     return min(tries, key=lambda t: len(t[1]))
 
 
-def _unpack(coder: str, blob: bytes, limit: int) -> bytes:
-    """Undo _pack, refusing output beyond `limit` bytes (a layout never exceeds its file)."""
+def _unpack(coder: str, blob: bytes, limit: int, what: str = "layout") -> bytes:
+    """Undo _pack, refusing output beyond `limit` bytes (a layout never exceeds its file; packed
+    bytes are the file). what: the words of the errors ("the file's layout is corrupt")."""
     try:
         if coder == "none":
             out, done = blob, True
@@ -85,9 +86,9 @@ def _unpack(coder: str, blob: bytes, limit: int) -> bytes:
         else:
             raise CompressError(f"unknown layout coder {coder!r}")
     except (zlib.error, lzma.LZMAError) as e:
-        raise CompressError(f"the file's layout is corrupt ({e})") from None
+        raise CompressError(f"the file's {what} is corrupt ({e})") from None
     if not done or len(out) > limit:
-        raise CompressError("the file's layout is corrupt (it does not end where it should)")
+        raise CompressError(f"the file's {what} is corrupt (it does not end where it should)")
     return out
 
 
@@ -131,7 +132,7 @@ def rebuild(view: dict, reader, coded: bytes, blob: bytes, limit: int) -> bytes:
     if kind == "packed":
         if coded:
             raise CompressError("malformed .bmz file: a packed file codes no tokens")
-        return _unpack(view["coder"], blob, limit)
+        return _unpack(view["coder"], blob, limit, "packed data")
     if kind == "as-is":
         if blob:
             raise CompressError("malformed .bmz file: an as-is view has no layout")
