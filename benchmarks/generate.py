@@ -18,6 +18,7 @@ process, with an empty CuPy kernel cache (cold) and again with it filled (warm).
     python benchmarks/generate.py --device cuda --presets base --samples 1,4 --persist --rounds 3   # one persistent kernel a step (default) / the launches
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --views --rounds 3   # the fused step (default) / views only / as it was
     python benchmarks/generate.py --device cuda --presets base --samples 16,64 --mma --rounds 3  # cuBLAS step / tensor-core kernels
+    python benchmarks/generate.py --device cuda --presets base --samples 1,64 --tokens 512 --kernels   # every kernel of a step
     PYTHONPATH=. /work/venv-torch/bin/python benchmarks/generate.py --device cpu --presets small --samples 1,16 --hf --tokens 200
 
 On the CPU, as in cpu_generate.py, the two sides are measured in separate processes (two
@@ -86,6 +87,37 @@ def time_ours(name, device, precision, tokens, samples, engine="auto", allowed=N
     dt = time.perf_counter() - t
     assert sum(len(o) for o in (out if samples > 1 else [out])) == tokens * samples
     return ttfb, tokens * samples / dt, (tokens - 1) * samples / (dt - ttfb)
+
+
+def kernels_of_a_step(name, precision, tokens, samples, top=25):
+    """Every GPU kernel of one `generate` call (after a warm call), from PyTorch's profiler, which
+    traces through CUPTI every kernel the process launches, those replayed from a CUDA graph
+    included: GPU time per generated step by kernel name, largest first; the sum of kernel time a
+    step against the step's wall time (the rest: the gaps between kernels and the host)."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    m = our_model(name, "cuda", precision)
+    tok = Tokenizer()
+    generate(m, tok, tokens, PROMPT, seed=0, samples=samples)   # compile, capture, warm up
+    sync("cuda")
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        generate(m, tok, tokens, PROMPT, seed=0, samples=samples)
+        sync("cuda")
+        wall = time.perf_counter() - t
+    rows = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if us and e.key and not e.key.startswith(("ProfilerStep", "cuda", "Memcpy", "Memset")):
+            c, s_ = rows.get(e.key, (0, 0.0))
+            rows[e.key] = (c + e.count, s_ + us)
+    total = sum(u for _, u in rows.values()) / tokens
+    print(f"--- {name} {precision}, {samples} samples x {tokens} tokens: {wall / tokens * 1e6:,.1f} us wall a step, "
+          f"{total:,.1f} us of kernels a step ({sum(c for c, _ in rows.values()) / tokens:.0f} launches a step; "
+          f"{tokens * samples / wall:,.0f} tokens/s under the profiler)")
+    print("| kernel | launches a step | us a step | us a launch | share of kernel time |")
+    print("|---|---:|---:|---:|---:|")
+    for k, (c, u) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {k[:90]} | {c / tokens:.1f} | {u / tokens:,.1f} | {u / max(c, 1):,.2f} | {100 * u / tokens / total:.1f}% |")
 
 
 def hf_model(name, device, dtype):
@@ -242,6 +274,9 @@ def main():
     ap.add_argument("--views", action="store_true",
                     help="also ours with the captured cuBLAS step as it was (ours-unfused: copies around RoPE, the cache and "
                          "attention, each add and its norm apart) and with views only (STEP_VIEWS without STEP_ADD_NORM), N > 4")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only list every GPU kernel of a generation step (ours, the default path at each N), "
+                         "from PyTorch's profiler (CUDA graphs' kernels included)")
     ap.add_argument("--only", help="comma-separated sides to run (ours,host,hf,hf-static)")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -249,6 +284,11 @@ def main():
         args.precision = "fp32"
     if args.child:
         return child(args)
+    if args.kernels:
+        for name in args.presets.split(","):
+            for n in args.samples.split(","):
+                kernels_of_a_step(name, args.precision, args.tokens or preset(name).context * 3 // 4, int(n))
+        return
     rows = []
     print("| device | preset | side | N | new tokens | first byte ms | tokens/s (call) | tokens/s (after 1st) |")
     print("|---|---|---|---|---|---|---|---|")
