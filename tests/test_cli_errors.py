@@ -89,3 +89,25 @@ def test_generate_into_a_pipe_closed_early_ends_quietly(tmp_path):
     assert "Broken pipe" not in err and "Traceback" not in err, err
     assert gen.returncode == 141, (gen.returncode, err)
 
+
+
+def test_train_and_tokenizer_train_take_the_source_as_an_argument(tmp_path):
+    """`bytemodel train FILE` as `score FILE` and `compress FILE` take theirs (before: "unexpected extra
+    argument"); --source still works; both given and different is one error line, nothing trained."""
+    src = dna(tmp_path / "d.txt")
+    code, out = cli(["train", src, "--out", tmp_path / "r", "--steps", "2"] + MODEL_FLAGS)
+    assert code == 0, out
+    from bytemodel import load
+    assert load(tmp_path / "r").data.source == str(src)
+    same = cli(["train", src, "--source", src, "--out", tmp_path / "r2", "--steps", "2"] + MODEL_FLAGS)
+    assert same[0] == 0, same[1]
+    assert refused(*cli(["train", src, "--source", tmp_path / "other.txt", "--out", tmp_path / "r3",
+                         "--steps", "2"] + MODEL_FLAGS), "two sources")
+    assert not (tmp_path / "r3").exists()
+    assert refused(*cli(["train", "--out", tmp_path / "r4"] + MODEL_FLAGS), "train PATH")
+    code, out = cli(["tokenizer", "train", src, "--merges", "2", "-o", tmp_path / "t.json"])
+    assert code == 0 and (tmp_path / "t.json").is_file(), out
+    assert refused(*cli(["tokenizer", "train", src, "--source", tmp_path / "x", "--merges", "2",
+                         "-o", tmp_path / "u.json"]), "two sources")
+    assert refused(*cli(["tokenizer", "train", "--merges", "2", "-o", tmp_path / "u.json"]), "tokenizer train PATH")
+    assert not (tmp_path / "u.json").exists()

@@ -21,7 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError, exit_on_signal
 from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import need_stdout, user_errors
+from .errors import either, need_stdout, user_errors
 from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -31,6 +31,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 @app.command()
 def train(
     ctx: typer.Context,
+    source_arg: Optional[str] = typer.Argument(None, metavar="SOURCE", show_default=False,
+                                               help="The same as --source (either, not two)."),
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory to learn from."),
     preset: str = typer.Option(D.preset, help="Model size: tiny, small, base, or auto (by data size and device; docs/ARCHITECTURE.md)."),
     steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {D.steps}; on --resume, the run's own count; "
@@ -87,7 +89,7 @@ def train(
 
     Keeps the best weights (lowest validation) in best.safetensors beside the resume checkpoint,
     stops early when validation stops improving, and writes loss.png in the run directory.
-    Example: bytemodel train --source genome.fa --steps 1000
+    Example: bytemodel train --source genome.fa --steps 1000   (or: bytemodel train genome.fa ...)
     Example: bytemodel train --source genome.fa --device cuda --minutes 5
     Example: bytemodel train --resume --out runs/genome-1 --steps 2000
 
@@ -99,8 +101,10 @@ def train(
     """
     from .. import train as api_train
     with user_errors():
+        source = either(source_arg, source, "sources", "--source")
         if not resume and not source:
-            raise ConfigError("give --source PATH (a file or directory), or --resume --out RUN_DIR")
+            raise ConfigError("give the data to learn from: bytemodel train PATH (or --source PATH; a file or "
+                              "directory), or --resume --out RUN_DIR")
         overrides = {k: v for k, v in dict(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                                              n_kv_heads=n_kv_heads, d_ff=d_ff, rope_theta=rope_theta,
                                              tie_embeddings=tie_embeddings, mtp=mtp, mtp_weight=mtp_weight,

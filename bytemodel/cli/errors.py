@@ -54,3 +54,13 @@ def need_stdout() -> None:
     if sys.stdout is None:
         from ..errors import ConfigError
         raise ConfigError("stdout is closed: this command prints its result there")
+
+
+def either(positional, option, what: str, flag: str):
+    """A value a command takes as an argument or as an option (`train FILE` or `train --source
+    FILE`): the one given, None if neither; both given and different is a user error."""
+    if positional is not None and option is not None and str(positional) != str(option):
+        from ..errors import ConfigError
+        raise ConfigError(f"two {what} given ({positional} and {flag} {option}): give one")
+    return positional if positional is not None else option
+

@@ -10,17 +10,16 @@ from pathlib import Path
 
 import typer
 
-from .errors import user_errors
+from .errors import either, user_errors
 
 
 def _one_out(positional, option, name: str) -> Path:
     """The output directory, given as a second argument or as --out / -o (either, not two)."""
     from ..errors import ConfigError
-    if positional is not None and option is not None and positional != option:
-        raise ConfigError(f"two output directories given ({positional} and --out {option}): give one")
-    if positional is None and option is None:
+    out = either(positional, option, "output directories", "--out")
+    if out is None:
         raise ConfigError(f"give the directory to write ({name})")
-    return positional if positional is not None else option
+    return out
 
 
 def export(

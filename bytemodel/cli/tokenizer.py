@@ -16,7 +16,7 @@ import numpy as np
 import typer
 
 from ..errors import TokenizerError
-from .errors import user_errors
+from .errors import either, user_errors
 
 tokenizer_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                             help="Byte-pair merges on top of bytes: train, stats, encode, decode.")
@@ -29,7 +29,9 @@ def _show(b: bytes) -> str:
 
 @tokenizer_app.command("train")
 def train_cmd(
-    source: str = typer.Option(..., "--source", "-s", help="File or directory of any bytes to learn from."),
+    source_arg: Optional[str] = typer.Argument(None, metavar="SOURCE", show_default=False,
+                                               help="The same as --source (either, not two)."),
+    source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory of any bytes to learn from."),
     merges: int = typer.Option(..., "--merges", "-m", help="Number of merges M (vocabulary 256 + M + specials)."),
     out: Path = typer.Option(Path("tok.json"), "--out", "-o", help="Tokenizer file to write."),
     pre_split: Optional[str] = typer.Option(None, "--pre-split", help="'text': split words/spaces/digits first."),
@@ -39,11 +41,15 @@ def train_cmd(
 ) -> None:
     """Learn M merges from a file or folder of any bytes and save them as tok.json.
 
-    Example: bytemodel tokenizer train --source corpus.txt --merges 4096 --out tok.json
+    Example: bytemodel tokenizer train corpus.txt --merges 4096 --out tok.json   (or --source corpus.txt)
     """
     from ..readers import stream_documents
     from ..tokenizer import Tokenizer
     with user_errors():
+        source = either(source_arg, source, "sources", "--source")
+        if source is None:
+            raise TokenizerError("give the data to learn from: bytemodel tokenizer train PATH --merges M "
+                                 "(or --source PATH)")
         if not (max_sample_mb > 0 and math.isfinite(max_sample_mb)):
             raise TokenizerError(f"max-sample-mb must be a positive number, got {max_sample_mb}")
         t0 = time.perf_counter()
