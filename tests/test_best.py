@@ -177,5 +177,11 @@ def test_loss_png_and_plot_command(tmp_path, dna_file, fast_settings):
     bytemodel.train(dna_file, tmp_path / "b", steps=10, **{**fast_settings, "lr": 1e-2})
     res = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c.png")])
     assert res.exit_code == 0 and (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG", res.output
+    for name, magic in (("c.svg", b"<svg"), ("c.PDF", b"%PDF")):   # the format the name asks for
+        res = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), "--out", str(tmp_path / name)])
+        assert res.exit_code == 0 and magic in (tmp_path / name).read_bytes()[:400], res.output
+    res = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), "--out", str(tmp_path / "c.txt")])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and ".png" in res.output, res.output
+    assert not (tmp_path / "c.txt").exists()        # before: a PNG written under the .txt name
     res = CliRunner().invoke(app, ["plot", str(tmp_path / "nothing"), "--out", str(tmp_path / "d.png")])
     assert res.exit_code == 2 and res.output.startswith("error: ") and not (tmp_path / "d.png").exists()

@@ -119,9 +119,21 @@ def _figure(run_dirs: list[Path], title: str):
     return fig
 
 
-def _save(fig, out: Path) -> Path:
+FORMATS = ("png", "svg", "pdf")   # what `plot --out` writes, by the name's extension
+
+
+def _format(out: Path) -> str:
+    """The image format an output name asks for (its extension), refused before any drawing where
+    it is not one of FORMATS (a chart is never written as PNG under another format's name)."""
+    ext = out.suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise ConfigError(f"{out}: give a name ending in .png, .svg or .pdf (the chart's format)")
+    return ext
+
+
+def _save(fig, out: Path, fmt: str = "png") -> Path:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format=fmt)
     return write_atomic(out, buf.getvalue())
 
 
@@ -132,11 +144,12 @@ def write_loss_png(run_dir: str | Path) -> Path:
 
 
 def plot_runs(run_dirs: list[str | Path], out: str | Path) -> Path:
-    """Overlay the runs' curves in one PNG."""
+    """Overlay the runs' curves in one chart: PNG, SVG or PDF by `out`'s extension."""
+    fmt = _format(Path(out))
     dirs = [Path(d) for d in run_dirs]
     if not dirs:
         raise ConfigError("give at least one run directory")
     for d in dirs:
         if not (d / "metrics.jsonl").exists():
             raise ConfigError(f"{d} has no metrics.jsonl (not a training run?)")
-    return _save(_figure(dirs, "bits per byte: " + ", ".join(d.name for d in dirs)), Path(out))
+    return _save(_figure(dirs, "bits per byte: " + ", ".join(d.name for d in dirs)), Path(out), fmt)
