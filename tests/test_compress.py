@@ -692,3 +692,24 @@ def test_cli_summary_names_the_view(run_dir, tmp_path):
     (tmp_path / "lie.bmz").write_bytes(bmz._pack(header, payload))
     code, out = _cli(["decompress", tmp_path / "lie.bmz", "-c", fasta_run])
     assert code != 0 and _one_error_line(out) and not (tmp_path / "lie").exists(), out
+
+
+def test_cli_eval_takes_a_directory(run_dir, tmp_path):
+    """`eval DIR` measures every non-hidden file under it, a row each in name order (as `score DIR`
+    reads a directory; before: "not a regular file"); an empty directory is one error line."""
+    d = tmp_path / "held"
+    (d / "sub").mkdir(parents=True)
+    (d / "b.txt").write_bytes(_dna(500, seed=1))
+    (d / "sub" / "a.txt").write_bytes(_dna(300, seed=2))
+    (d / ".hidden").write_bytes(b"x" * 50)
+    one = tmp_path / "c.txt"
+    one.write_bytes(_dna(200, seed=3))
+    code, out = _cli(["eval", d, one, "-c", run_dir, "--json"])
+    assert code == 0, out
+    res = json.loads(out)
+    assert [(Path(r["file"]).relative_to(tmp_path).as_posix(), r["bytes"]) for r in res["files"]] == \
+        [("held/b.txt", 500), ("held/sub/a.txt", 300), ("c.txt", 200)]
+    assert res["totals"][0]["bytes"] == 1000
+    (tmp_path / "empty").mkdir()
+    code, out = _cli(["eval", tmp_path / "empty", "-c", run_dir])
+    assert code == 2 and out.startswith("error: ") and "no files" in out, out

@@ -182,7 +182,7 @@ def decompress(
 
 
 def eval_files(
-    files: List[Path] = typer.Argument(..., help="Files to measure."),
+    files: List[Path] = typer.Argument(..., help="Files to measure (a directory: every file under it, a row each)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="A run directory (its best weights) or a checkpoint file (default: the latest run under ./runs)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
@@ -193,13 +193,15 @@ def eval_files(
     """Bits per byte of the model on each file next to gzip -9, bzip2 -9, xz -9e and zstd -19.
 
     Each file is measured as it is and, where the run's reader decodes it differently (a FASTA
-    file's bases, an image's pixels), as the reader decodes it; then the totals.
+    file's bases, an image's pixels), as the reader decodes it; then the totals. A directory
+    stands for every non-hidden file under it (as `train` and `score` read one), in name order.
     Example: bytemodel eval held_out.fa other.fa -c runs/genome-1
+    Example: bytemodel eval held_out/ -c runs/genome-1
     """
     from ..compress.evaluate import evaluate, table
+    from ..readers import source_files
     with user_errors():
-        for f in files:
-            regular_file(f, "input")
+        files = [g for f in files for g in (source_files(f) if f.is_dir() else [regular_file(f, "input")])]
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, None, None, None)
         res = evaluate(lm, files, _run_reader(lm), adapt=settings)
         res["checkpoint"] = str(lm.path) if lm.path is not None else f"fresh {preset} (seed 0)"
