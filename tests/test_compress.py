@@ -485,9 +485,16 @@ def test_a_file_the_model_expands_is_packed_instead(lm, run_dir, tmp_path, monke
     f = tmp_path / "english.txt"
     f.write_bytes(data)
     code, out = _cli(["compress", f, "-c", run_dir])
-    assert code == 0 and "packed by xz, not the model: the model's coding of bytes as they are" in out, out
+    assert code == 0 and "packed by xz, not coded by the model: the model's coding of bytes as they are" in out, out
     code, out = _cli(["decompress", tmp_path / "english.txt.bmz", "-c", run_dir, "-o", tmp_path / "back.txt"])
     assert code == 0 and (tmp_path / "back.txt").read_bytes() == data, out
+    # no model coded any of it, so none is needed to undo it: no -c, and no run anywhere near
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out = _cli(["decompress", tmp_path / "english.txt.bmz", "-o", elsewhere / "back.txt"], cwd=elsewhere)
+    assert code == 0 and (elsewhere / "back.txt").read_bytes() == data, out
+    from bytemodel.compress.driver import decompress as api_decompress
+    assert api_decompress(None, blob) == data
     monkeypatch.setenv("BYTEMODEL_PACK", "0")
     assert bmz.read(lm.compress(data, streams=4))[0]["view"]["kind"] == "as-is"
 
@@ -521,6 +528,11 @@ def test_a_packed_view_is_held_to_its_rules(lm, monkeypatch):
     lie = {**header, "payload_bytes": len(longer), "view": {**header["view"], "layout_bytes": len(longer)}}
     with pytest.raises(bmz.CompressError, match="packed data is corrupt"):
         lm.decompress(bmz._pack(lie, longer))
+    other = {"xz": lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME), "zlib": lambda d: _z.compress(d, 9),
+             "none": bytes}[header["view"]["coder"]](data[::-1])     # the right length, other bytes
+    lie = {**header, "payload_bytes": len(other), "view": {**header["view"], "layout_bytes": len(other)}}
+    with pytest.raises(bmz.CompressError, match="checksum"):
+        lm.decompress(bmz._pack(lie, other))
     dna = _dna(900, seed=43)
     h2, p2 = bmz.read(lm.compress(dna, streams=2))
     assert h2["view"]["kind"] == "as-is" and lm.decompress(v4(h2, p2)) == dna

@@ -149,12 +149,13 @@ def decompress(
     """Decompress a .bmz file: the exact original bytes, checked against its SHA-256.
 
     Nothing is written when the file is corrupt, was made with another checkpoint, or the result
-    would not match the original's checksum.
+    would not match the original's checksum. A file that `compress` stored or packed without the
+    model (its summary said so) needs no checkpoint.
     Example: bytemodel decompress genome.fa.bmz -c runs/genome-1
     """
     from .. import load
     from ..atomic import write_atomic
-    from ..compress.driver import decompress as api_decompress, read
+    from ..compress.driver import decompress as api_decompress, needs_model, read
     with user_errors():
         if out is None:
             if file.suffix != SUFFIX:
@@ -166,7 +167,9 @@ def decompress(
         backend = header["backend"]
         made_at = backend.get("precision", "fp32")
         start = (header.get("adapt") or {}).get("start", "checkpoint")
-        if start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
+        if not needs_model(blob) and checkpoint is None:   # packed: no model coded any of it, none is looked for
+            lm = None
+        elif start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
             from ..compress.adapt import Fresh
             lm = Fresh(start.split(":", 1)[1], device or backend["device"], precision=made_at)
         else:

@@ -505,8 +505,11 @@ def _each(pool, n: int, fn) -> None:
 
 
 def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) -> bytes:
-    """A .bmz container -> the original bytes, verified against its length and SHA-256."""
+    """A .bmz container -> the original bytes, verified against its length and SHA-256. A packed
+    file (the model coded none of it) needs no model: `lm` may then be None and is not used."""
     header, payload = read(blob)
+    if header["view"]["kind"] == "packed":
+        return _unpacked(header, payload)
     adapt = None if header.get("adapt") is None else Adapt.from_header(header["adapt"])
     if adapt is not None:
         check_start(header, lm)
@@ -582,3 +585,23 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     if view["kind"] != "content" and (len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]):
         raise CompressError("the file's layout does not rebuild the original (the result does not match the original's checksum)")
     return out
+
+
+def needs_model(blob: bytes) -> bool:
+    """Whether decompressing a .bmz runs a model (False for a packed file: no model coded any of it)."""
+    header, _ = read(blob)
+    return header["view"]["kind"] != "packed"
+
+
+def _unpacked(header: dict, payload: bytes) -> bytes:
+    """A packed file's bytes: its payload unpacked (output refused past the original's length) and
+    checked against the original's length and SHA-256; no model, no tokens."""
+    if header["layout"]["tokens"] or any(header["coder"]["group_words"]):
+        raise CompressError("malformed .bmz file: a packed file codes no tokens")
+    orig = header["original"]
+    out = rebuild(header["view"], None, b"", payload, orig["bytes"])
+    if len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]:
+        raise CompressError("the file's packed data does not rebuild the original (the result does not match "
+                            "the original's checksum)")
+    return out
+

@@ -54,7 +54,8 @@ class View:
         if self.kind == "content":
             return f"pixel content ({self.format}, re-encoded losslessly: pixels exact, not the file's bytes)"
         if self.kind == "packed":
-            return f"packed by {self.coder}, not the model: {self.why}"
+            how = "stored as it is" if self.coder == "none" else f"packed by {self.coder}"
+            return f"{how}, not coded by the model: {self.why}"
         return f"bytes as they are ({self.why})"
 
 
