@@ -4,6 +4,7 @@ scaled_dot_product_attention (flash backend) in the same run, fp16, causal.
 
     python benchmarks/kernels/flash_attn.py                 # the shapes of DESIGN.md
     python benchmarks/kernels/flash_attn.py --shapes 32,12,1024,64 64,6,512,64   # base, small
+    python benchmarks/kernels/flash_attn.py --tma     # the TMA-fed forwards against the shipped one and SDPA
     ncu --clock-control none -k regex:flash_bwd_h --launch-skip 2 --launch-count 1 \
         python benchmarks/kernels/flash_attn.py --shapes 32,12,1024,64 --profile h_staged
                 # --profile VERSION (shipped, a study of HOPPER_BWD_VARIANTS, or fwd): no timing, only
@@ -238,6 +239,44 @@ def ours(B, H, T, D, same=None, fwd_variants=True, bwd_only=None):
     return res
 
 
+def tma(B, H, T, D):
+    """The TMA-fed forwards (cuda_ops.TMA_FWD_KERNELS) of head dim D beside the shipped wgmma
+    forward, on the same q, k, v: -> {version: ms}; each checked first (at the shipped kernel's key
+    tile the same bytes, else equal to fp16 rounding)."""
+    import cupy as cp
+    from bytemodel.ops import cuda_ops
+    ops = variant_backend()
+    ops.use = {}
+    if not ops.hopper:
+        raise SystemExit("error: --tma runs the Hopper kernels: a GPU of compute capability 9.x")
+    rng = cp.random.default_rng(0)
+    q, k, v = (rng.standard_normal((B, H, T, D), dtype=cp.float32).astype(cp.float16) for _ in range(3))
+    out, lse = ops.attention_forward(q, k, v)
+    res = {"shipped": median_ms_cupy(lambda: ops.attention_forward(q, k, v))}
+    qq, qs = ops._bhtd(q)
+    kk, ks = ops._bhtd(k)
+    vv, vs = ops._bhtd(v)
+    shipped_bn = cuda_ops.HOPPER_FWD_KERNELS[cuda_ops.FLASH_FWD_HOPPER[D]][2]
+    for name, (d, BM, BN, *_rest) in cuda_ops.TMA_FWD_KERNELS.items():
+        if d != D:
+            continue
+        kern = ops._tma_kernel(name)
+        obuf = ops._empty((B, T, H, D))
+        o2 = obuf.transpose(0, 2, 1, 3)
+        l2 = cp.empty((B, H, T), dtype=cp.float32)
+        os_ = ops._strides(o2)
+
+        def call():
+            ops._attention_forward_tma(kern, qq, qs, kk, ks, vv, vs, o2, os_, l2)
+        call()
+        same = bool(cp.array_equal(o2, out) and cp.array_equal(l2, lse))
+        if BN == shipped_bn and not same:
+            raise SystemExit(f"error: {name} is not the shipped forward's bytes at {B},{H},{T},{D}")
+        assert close(o2, out), f"forward {name} d{D} differs from the shipped kernel"
+        res[name + (" (same bytes)" if same else "")] = median_ms_cupy(call)
+    return res
+
+
 def sdpa(B, H, T, D):
     import torch
     import torch.nn.functional as F
@@ -264,6 +303,8 @@ def main():
     ap.add_argument("--calls", type=int, default=4, help="with --profile: the calls after the checks")
     ap.add_argument("--bwd-versions", help="comma-separated: time only these Hopper backward studies beside "
                     "the shipped kernel (no FlashAttention-2 backward)")
+    ap.add_argument("--tma", action="store_true", help="only the forward: the TMA-fed kernels (cuda_ops."
+                    "TMA_FWD_KERNELS) beside the shipped wgmma forward and SDPA's")
     a = ap.parse_args()
     try:
         shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes] if a.shapes else SHAPES
@@ -277,6 +318,23 @@ def main():
             known = sorted(v for v, d in HOPPER_BWD_VARIANTS if d == D)
             raise SystemExit(f"error: no backward version {a.profile!r} at head dim {D}; known: shipped, fwd, {', '.join(known)}")
         profile(B, H, T, D, a.profile, a.calls)
+        return
+    if a.tma:
+        rows = []
+        for B, H, T, D in shapes:
+            fl = 4.0 * B * H * T * T * D / 2
+            res = tma(B, H, T, D)
+            r = {"shape": [B, H, T, D], "tflops": {k: fl / ms / 1e9 for k, ms in res.items()}}
+            if not a.no_torch:
+                r["tflops"]["SDPA"] = fl / sdpa(B, H, T, D)[0] / 1e9
+            sd = r["tflops"].get("SDPA")
+            print(f"forward {B},{H},{T},{D} TFLOP/s: " + ", ".join(
+                f"{k} {x:.1f}" + (f" ({x / sd:.2f}x SDPA)" if sd and k != "SDPA" else "") for k, x in r["tflops"].items()),
+                flush=True)
+            rows.append(r)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return
     rows = []
     print(f"{'B,H,T,D':>18} | {'ours fwd':>9} {'bwd':>7} | {'SDPA fwd':>9} {'bwd':>7} | TFLOP/s; ratio fwd/bwd")

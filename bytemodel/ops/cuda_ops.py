@@ -83,6 +83,17 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h128_asp": (128, 128, 64, 2), "flash_fwd_h64_asp": (64, 128, 128, 2),
     "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
+# The Hopper forward fed by the tensor memory accelerator with a producer warp (gpu/flash_hopper.cu's
+# flash_fwd_w, issue 28): kernel -> (D, BM query rows = 64 per math warpgroup, BN keys a tile, stages,
+# math warpgroups); 128 threads a math warpgroup + one producer warp. FLASH_FWD_TMA (head dim ->
+# kernel) chooses it over FLASH_FWD_HOPPER; empty: not shipped, a study until it times faster
+# (benchmarks/kernels/flash_attn.py --tma). BYTEMODEL_FWD_TMA=name,name runs those kernels in its
+# place (the GPU tests as if shipped). Without attention dropout only (no _drop twin).
+TMA_FWD_KERNELS = {"flash_fwd_w64": (64, 128, 64, 3, 2), "flash_fwd_w64_n128": (64, 128, 128, 2, 2),
+                   "flash_fwd_w64_m192": (64, 192, 128, 2, 3), "flash_fwd_w128": (128, 128, 128, 2, 2),
+                   "flash_fwd_w128_n64": (128, 128, 64, 3, 2)}
+FLASH_FWD_TMA = {TMA_FWD_KERNELS[n][0]: n for n in os.environ.get("BYTEMODEL_FWD_TMA", "").split(",")
+                 if n in TMA_FWD_KERNELS}
 # The Hopper backward (gpu/flash_hopper.cu): head dim -> (kernel, (BM queries a tile, BN keys a CTA,
 # query rows per dQ counter, floats of the dQ exchange)), FLASH_BWD's meaning for the first three;
 # 256 threads (two warpgroups of 64 keys). With attention dropout the kernel of the same name +
@@ -124,6 +135,47 @@ def _module(file: str, precision: str, defines: tuple = ()):
 
 
 _HOPPER_MODULES: dict = {}
+
+# CUtensorMap: 128 bytes passed to a kernel by value (a one-element array of this dtype is how CuPy
+# passes a struct); gpu/flash_hopper.cu's TmaMap
+TMA_MAP_DTYPE = np.dtype({"names": ["w"], "formats": [("<u8", (16,))]})
+_ENCODE = []
+
+
+def _tma_map(x, strides, rows: int, box_rows: int):
+    """A tensor map of x, a (B, heads, rows, D) fp16/bf16 view with element strides `strides`
+    (batch, head, row; D contiguous), for boxes of 64 columns x box_rows rows x 1 x 1 in the
+    128-byte swizzle (Lay<D, 1>'s layout), rows past the end read as zeros: cuTensorMapEncodeTiled
+    of the driver, through ctypes (CuPy does not wrap it). -> TMA_MAP_DTYPE, shape (1,)."""
+    import ctypes
+    if not _ENCODE:
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = lib.cuTensorMapEncodeTiled
+        fn.restype = ctypes.c_int
+        _ENCODE.append(fn)
+    B, Hh, _, D = x.shape
+    isz = x.dtype.itemsize
+    raw = ctypes.create_string_buffer(128 + 64)
+    at = (ctypes.addressof(raw) + 63) & ~63                     # CUtensorMap is 64-byte aligned
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    dims = (u64 * 4)(D, rows, Hh, B)
+    st = (u64 * 3)(*(int(v) * isz for v in (strides[2], strides[1], strides[0])))   # row, head, batch bytes
+    box = (u32 * 4)(64, box_rows, 1, 1)
+    one = (u32 * 4)(1, 1, 1, 1)
+    dtype = 9 if x.dtype == _bf16_or_none() else 6               # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
+    # interleave none (0), 128-byte swizzle (3), L2 promotion 128 bytes (2), out of bounds: zeros (0)
+    r = _ENCODE[0](ctypes.c_void_p(at), ctypes.c_int(dtype), u32(4), ctypes.c_void_p(int(x.data.ptr)),
+                   dims, st, box, one, ctypes.c_int(0), ctypes.c_int(3), ctypes.c_int(2), ctypes.c_int(0))
+    if r != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({r}) for shape {x.shape}, strides {strides}")
+    return np.frombuffer(ctypes.string_at(at, 128), dtype=np.uint64).copy().view(TMA_MAP_DTYPE)
+
+
+def _bf16_or_none():
+    try:
+        return _bf16_dtype()
+    except RuntimeError:   # pragma: no cover
+        return None
 
 
 def _hopper_module(precision: str, extra: str = ""):
@@ -621,6 +673,11 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
+        if self.hopper and dr is None and D in FLASH_FWD_TMA:
+            tma = self._hopper_or_none(lambda: self._tma_kernel(FLASH_FWD_TMA[D]))
+            if tma is not None:
+                self._attention_forward_tma(tma, q, qs, k, ks, v, vs, out, os_, lse)
+                return out, lse
         hop = None
         if self.hopper and D in FLASH_FWD_HOPPER:
             hop = self._hopper_or_none(lambda: self._hopper_kernel(D, drop=dr is not None))
@@ -642,6 +699,31 @@ class CudaBackend:
                (q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1], _i32(H), _i32(K), _i32(T), _i32(S),
                 *qs, *ks, *vs, *os_, _f32(scale_log2)) + extra, shared_mem=smem)
         return out, lse
+
+    def _tma_kernel(self, name: str):
+        """A forward of gpu/flash_hopper.cu's flash_fwd_w (TMA_FWD_KERNELS) and its tiles."""
+        key = ("flash_hopper.cu", name)
+        if key not in self._fns:
+            self._fns[key] = _hopper_module(self.precision).get_function(name)
+        return self._fns[key], TMA_FWD_KERNELS[name]
+
+    def _attention_forward_tma(self, kernel, q, qs, k, ks, v, vs, out, os_, lse):
+        """attention_forward through a TMA-fed forward (flash_fwd_w): the tensor maps of q, k and v
+        made here (each names the whole tensor; a launch in slices of the batch passes its first
+        batch row), the same outputs as the wgmma forward."""
+        fn, (D, BM, BN, stages, cw) = kernel
+        B, H, T, _ = q.shape
+        K, S = k.shape[1], k.shape[2]
+        mq, mk, mv = _tma_map(q, qs, T, BM), _tma_map(k, ks, S, BN), _tma_map(v, vs, S, BN)
+        smem = (BM * D + 2 * stages * BN * D) * 2 + 8 * (1 + 2 * stages) + 1024
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        nb = max(1, GRID_Y_MAX // H)
+        for b0 in range(0, B, nb):
+            b1 = min(B, b0 + nb)
+            fn(((T + BM - 1) // BM, (b1 - b0) * H), (128 * cw + 32,),
+               (mq, mk, mv, out, lse, _i32(H), _i32(K), _i32(T), _i32(S), _i32(b0), *os_,
+                _f32(_scale_log2(D))), shared_mem=smem)
 
     def _hopper_or_none(self, get):
         """get() -> a Hopper kernel and its tiles; None, said once, where the sm_90a module cannot
