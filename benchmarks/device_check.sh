@@ -27,6 +27,8 @@
 #     bash benchmarks/device_check.sh score      # issue 24: score's tail on the GPU (tests/test_score.py, score.py --whole-forward)
 #     bash benchmarks/device_check.sh eval       # issue 24: eval's compressors beside the model (12 MB of shared libraries,
 #                                                # base): eval, score and the compressors alone, timed; GPU tests first
+#     bash benchmarks/device_check.sh tma        # issue 28: the TMA-fed forwards (flash_fwd_w): tests, then against the
+#                                                # shipped wgmma forward and SDPA (SHAPES)
 #     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
 #                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
@@ -222,6 +224,16 @@ import time
 from bytemodel.compress import evaluate as ev
 d = open('/tmp/libs.bin', 'rb').read()
 t = time.perf_counter(); ev.compressed_sizes(d); print(f'the four compressors one after another (eval before): {time.perf_counter() - t:.2f} s')"
+    exit 0
+fi
+if [ "$only" = tma ]; then   # issue 28: the TMA-fed forwards (flash_fwd_w): their tests, then timed beside the shipped one
+    step "the TMA forward's tests"
+    timeout ${TEST_S:-240} python3 -m pytest -q -p no:cacheprovider --maxfail=6 tests/test_flash_tma.py -rfE > "$OUT/tma_tests.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/tma_tests.log" | head -10; tail -1 "$OUT/tma_tests.log"
+    step "forward TFLOP/s: the TMA kernels, the shipped wgmma forward, SDPA"
+    timeout 240 python3 benchmarks/kernels/flash_attn.py --tma --shapes ${SHAPES:-16,12,1024,64 16,12,1024,128 16,12,4096,64 16,12,4096,128 32,12,1024,64} \
+        --json "$OUT/tma.json" > "$OUT/tma_bench.log" 2>&1
+    echo "rc=$?"; tail -8 "$OUT/tma_bench.log"
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
