@@ -84,6 +84,30 @@ def test_time_budget_plans_steps_and_the_plan_survives_resume(tmp_path, dna_file
     assert resumed.step == planned
 
 
+def test_steps_given_on_resume_replace_a_time_budget(tmp_path, dna_file, fast_settings, step_clock):
+    """A run trained for a time budget and resumed with --steps N trains on to step N (before: the
+    budget, used up, stopped it again after one step, --steps only changing the schedule's end), and
+    from then on it is a run of steps (its settings hold no budget); once before its plan too
+    (--dropout auto then decided by the steps, as the plan would have). Asked for a step already
+    passed: refused."""
+    s = {**fast_settings, "workers": 1, "warmup": 4, "eval_every": 1000, "patience": 0}
+    r = bytemodel.train(dna_file, tmp_path / "b", minutes=0.1, **s)        # planned at step 10, ~60 steps
+    assert "planned for 0.1 min" in r.stop_reason
+    logs = []
+    more = bytemodel.train(None, tmp_path / "b", resume=True, steps=r.step + 30, log=logs.append)
+    assert more.step == r.step + 30 and "finished" in more.stop_reason, more.stop_reason
+    assert any("replaces the run's time budget" in line for line in logs), logs
+    assert ck.load(more.checkpoint).train["config"]["minutes"] == 0
+    with pytest.raises(BytemodelError, match="already at step"):
+        bytemodel.train(None, tmp_path / "b", resume=True, steps=r.step)
+    early = bytemodel.train(dna_file, tmp_path / "c", minutes=0.1, stop_at=6, **s)   # before the plan
+    assert not ck.load(early.checkpoint).train["budget_planned"]
+    logs = []
+    on = bytemodel.train(None, tmp_path / "c", resume=True, steps=400, log=logs.append)
+    assert on.step == 400 and "finished" in on.stop_reason
+    assert any(line.startswith("dropout auto:") for line in logs), logs
+
+
 def _overflow_from(monkeypatch, first_bad_step):
     """Fault injection: from training step `first_bad_step` on, the forward pass overflows (the
     loss and every gradient become inf/nan, as fp16 activations beyond 65504 would)."""

@@ -274,10 +274,12 @@ def eval_cadence(every: int, step_s: float, boundary_s: float) -> int:
 
 
 def dropout_at_plan(tc, planned: int, context: int, train_tokens: int,
-                    nucleotides: bool = False) -> tuple[float | None, float | None]:
+                    nucleotides: bool = False, timed: bool | None = None) -> tuple[float | None, float | None]:
     """A fresh time-budget run's dropouts once its plan is made: (dropout, attention dropout), each
-    None where the run's settings gave it (or it is a fine-tune's, the parent's)."""
-    if tc.parent or tc.minutes <= 0:
+    None where the run's settings gave it (or it is a fine-tune's, the parent's). timed: the run's
+    steps were left to a time budget (default: tc.minutes > 0; also a budget run resumed with
+    --steps before its plan, whose step count is the plan)."""
+    if tc.parent or not (tc.minutes > 0 if timed is None else timed):
         return None, None
     passes = planned_passes(planned, tc.batch_size, context, train_tokens)
     return (auto_dropout(passes, nucleotides) if tc.dropout == -1 else None,

@@ -259,6 +259,12 @@ class Loop:
         self.plan_at = (self.budget.plan_step(tc.warmup, self.state.step)
                         if self.budget.enabled and not self.budget.planned else None)
         self.replan_from = None      # the plan's step, when its dropout makes the steps dearer (_replan)
+        stored = (run.loaded.train.get("config") or {}) if run.loaded is not None else {}
+        # a time budget resumed with --steps before its plan (prepare._reopen): the steps are the plan,
+        # and `--dropout auto` is decided by them at the start, as the plan would have
+        self.steps_for_budget = (run.loaded is not None and not self.budget.enabled
+                                 and isinstance(stored.get("minutes"), (int, float)) and stored["minutes"] > 0
+                                 and not saved.get("budget_planned", False))
         self.watch = Watch.from_state(saved.get("watch"), tc.patience)
         self.best_host = None        # the plateau schedule's copy of the best weights (host, flat)
         self.T = cfg.context
@@ -328,6 +334,8 @@ class Loop:
         that step."""
         st, tc, world, budget = self.state, self.tc, self.world, self.budget
         self._announce()
+        if self.steps_for_budget and -1 in (tc.dropout, tc.dropout_attn):
+            self._auto_dropout(nucleotide_data(self.corpus, self.run_.tok), timed=True)
         self.bar = Progress(self.progress, None if st.planned == UNPLANNED else st.planned, st.step)
         try:
             with _StopFlag() as stop, self.bar, held():   # a `kill` is raised at poll(): errors.py
@@ -526,16 +534,23 @@ class Loop:
                    f"fewer passes planned than drop)" if st.eval_every else "")
         self.log(f"time budget {tc.minutes:g} min: {step_s * 1e3:.1f} ms/step and {spent:.1f} s per "
                  f"validation+save measured; {st.planned} steps planned{cadence}")
-        p, pa = dropout_at_plan(tc, st.planned, self.T, len(self.corpus.train), dna)
-        if p is not None or pa is not None:   # auto: by the passes planned and the data (autoconf.auto_dropout)
-            self.cfg.dropout = self.cfg.dropout if p is None else p
-            self.cfg.dropout_attn = self.cfg.dropout_attn if pa is None else pa
-            passes = planned_passes(st.planned, self.tc.batch_size, self.T, len(self.corpus.train))
-            self.log(f"dropout auto: {passes:.1f} passes planned over the training tokens; dropout "
-                     f"{self.cfg.dropout:g}, attention dropout {self.cfg.dropout_attn:g} from step {st.step + 1} "
-                     f"(at least {dropout_passes(dna):g} passes drop{' on nucleotides' if dna else ''})")
-            if self.cfg.dropout or self.cfg.dropout_attn:
-                self.replan_from = st.step   # its steps cost more now: timed again (budget.py)
+        if self._auto_dropout(dna) and (self.cfg.dropout or self.cfg.dropout_attn):
+            self.replan_from = st.step   # its steps cost more now: timed again (budget.py)
+
+    def _auto_dropout(self, dna: bool, timed: bool | None = None) -> bool:
+        """`--dropout auto` decided by the passes the plan reads (autoconf.dropout_at_plan), said in
+        one line; whether it was decided here."""
+        st = self.state
+        p, pa = dropout_at_plan(self.tc, st.planned, self.T, len(self.corpus.train), dna, timed)
+        if p is None and pa is None:
+            return False
+        self.cfg.dropout = self.cfg.dropout if p is None else p
+        self.cfg.dropout_attn = self.cfg.dropout_attn if pa is None else pa
+        passes = planned_passes(st.planned, self.tc.batch_size, self.T, len(self.corpus.train))
+        self.log(f"dropout auto: {passes:.1f} passes planned over the training tokens; dropout "
+                 f"{self.cfg.dropout:g}, attention dropout {self.cfg.dropout_attn:g} from step {st.step + 1} "
+                 f"(at least {dropout_passes(dna):g} passes drop{' on nucleotides' if dna else ''})")
+        return True
 
     def _replan(self, spent: float) -> None:
         """The second plan of a run whose dropout came on at the first: the total from the steps since."""

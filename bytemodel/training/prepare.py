@@ -100,13 +100,21 @@ def _reopen(given: TrainConfig) -> Run:
             raise TokenizerError(f"tokenizer {given.tokenizer} does not match the checkpoint's "
                                  f"({other.n_merges} vs {loaded.tokenizer.n_merges} merges, or different ones)")
     stored = loaded.train.get("config")
+    # --steps given to a run that trained for a time budget: the step count replaces the budget
+    # (otherwise a budget already used up would stop the run again after one step)
+    minutes = stored.get("minutes", 0) if isinstance(stored, dict) else 0
+    replaced = bool(given.steps) and isinstance(minutes, (int, float)) and minutes > 0
     tc = stored_train_config(TrainConfig, loaded.train, str(loaded.path), out_dir=str(run_dir),
                              steps=given.steps or (stored.get("steps", 0) if isinstance(stored, dict) else 0),
                              distributed=given.distributed, shard_optimizer=given.shard_optimizer,
+                             **({"minutes": 0.0} if replaced else {}),
                              **({} if isinstance(stored, dict) and "schedule" in stored
                                 else {"schedule": "cosine"}))   # from before the setting: it ran cosine
     tc.device, tc.precision, notes = resumed_backend(tc.device, tc.precision, given.device, given.precision,
                                                      int(loaded.train["step"]))
+    if replaced:
+        notes += (f"note: --steps {given.steps} replaces the run's time budget of {minutes:g} min: "
+                  f"it trains on to step {given.steps}",)
     tc.validate()
     corpus = open_run_corpus(run_dir, tc.examples)
     if corpus.sha256 != loaded.train.get("corpus_sha256") \
