@@ -63,4 +63,3 @@ def either(positional, option, what: str, flag: str):
         from ..errors import ConfigError
         raise ConfigError(f"two {what} given ({positional} and {flag} {option}): give one")
     return positional if positional is not None else option
-

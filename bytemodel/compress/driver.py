@@ -604,4 +604,3 @@ def _unpacked(header: dict, payload: bytes) -> bytes:
         raise CompressError("the file's packed data does not rebuild the original (the result does not match "
                             "the original's checksum)")
     return out
-
