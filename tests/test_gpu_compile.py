@@ -10,7 +10,8 @@ The builds, one test each (all compiled at once in a thread pool; each test wait
         decode.cu's products (its DEC_GEMV_KERNELS), D one of DECODE_HEAD_DIMS. All 60 builds
         of R x D x precision cost ~130 s of one core, so a sample: every R, every D and every
         precision at least once, the largest (R, D) among them
-    flash_hopper.cu (cuda_ops._hopper_module) at fp16 and bf16, the precisions with the flash path
+    flash_hopper.cu (cuda_ops._hopper_module) at fp16 and bf16, the precisions with the flash path,
+        and with flash_tma.cu after it (cuda_ops._tma_kernel)
     mix_step.cu for ctx3f's context count, scatter.cu for each value type, mixer.cu
     benchmarks/kernels/flash_attn.py's study modules: flash_variants.cu after flash_attn.cu and
         flash_hopper_variants.cu after flash_hopper.cu, at fp16 (its only precision)
@@ -33,12 +34,12 @@ import pytest
 from nvrtc_compile import Nvrtc
 
 from bytemodel.ops.gpu_source import (DECODE_HEAD_DIMS, MACRO, MIXER_OPTIONS, SCATTER_KINDS, hopper_options,
-                                      mix_options, module_options, scatter_options, source)
+                                      mix_options, module_options, scatter_options, source, tma_source)
 from bytemodel.resources import gpu_dir
 
 ARCH = ("-arch=sm_90",)        # what CuPy adds on an H100 / H200 (flash_hopper.cu names its own)
 PRECISIONS = tuple(MACRO)      # fp16, bf16, fp32
-OWN_LOADER = ("flash_hopper.cu", "mix_step.cu", "scatter.cu", "mixer.cu")   # not cuda_ops._module's
+OWN_LOADER = ("flash_hopper.cu", "flash_tma.cu", "mix_step.cu", "scatter.cu", "mixer.cu")   # not cuda_ops._module's
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels"
 
 
@@ -80,6 +81,8 @@ def builds() -> list[Build]:
             for R, D, p in _dec_steps()]
     out += [Build(f"flash_hopper.cu-{p}", "flash_hopper.cu", source("flash_hopper.cu"), hopper_options(p))
             for p in ("fp16", "bf16")]
+    out += [Build(f"flash_hopper.cu+flash_tma.cu-{p}", "flash_tma.cu", source("flash_hopper.cu") + tma_source(),
+                  hopper_options(p)) for p in ("fp16", "bf16")]
     K = _mix_k()
     out.append(Build(f"mix_step.cu-K{K}", "mix_step.cu", source("mix_step.cu"), mix_options(K) + ARCH))
     out += [Build(f"scatter.cu-kind{k}", "scatter.cu", source("scatter.cu"), scatter_options(k) + ARCH)
@@ -127,7 +130,7 @@ def test_every_module_is_built():
     assert len({b.id for b in BUILDS}) == len(BUILDS)
 
 
-@pytest.mark.parametrize("build", [b for b in BUILDS if b.id.startswith("flash_hopper.cu-")],
+@pytest.mark.parametrize("build", [b for b in BUILDS if b.id.startswith(("flash_hopper.cu-", "flash_hopper.cu+flash_tma.cu-"))],
                          ids=lambda b: b.id)
 def test_no_shipped_wgmma_is_serialized(build, compiled):
     """ptxas serializes every wgmma of a kernel where a warpgroup's accumulator registers are

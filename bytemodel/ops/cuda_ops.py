@@ -83,7 +83,7 @@ HOPPER_FWD_KERNELS = {
     "flash_fwd_h128_asp": (128, 128, 64, 2), "flash_fwd_h64_asp": (64, 128, 128, 2),
     "flash_fwd_h64_bsp1": (64, 128, 64, 2)}
 FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
-# The Hopper forward fed by the tensor memory accelerator with a producer warp (gpu/flash_hopper.cu's
+# The Hopper forward fed by the tensor memory accelerator with a producer warp (gpu/flash_tma.cu's
 # flash_fwd_w, issue 28): kernel -> (D, BM query rows = 64 per math warpgroup, BN keys a tile, stages,
 # math warpgroups); 128 threads a math warpgroup + one producer warp. FLASH_FWD_TMA (head dim ->
 # kernel) chooses it over FLASH_FWD_HOPPER; empty: not shipped, a study until it times faster
@@ -701,10 +701,12 @@ class CudaBackend:
         return out, lse
 
     def _tma_kernel(self, name: str):
-        """A forward of gpu/flash_hopper.cu's flash_fwd_w (TMA_FWD_KERNELS) and its tiles."""
+        """A forward of gpu/flash_tma.cu (flash_fwd_w, TMA_FWD_KERNELS; compiled after
+        gpu/flash_hopper.cu, whose helpers it uses) and its tiles."""
         key = ("flash_hopper.cu", name)
         if key not in self._fns:
-            self._fns[key] = _hopper_module(self.precision).get_function(name)
+            from .gpu_source import tma_source
+            self._fns[key] = _hopper_module(self.precision, tma_source()).get_function(name)
         return self._fns[key], TMA_FWD_KERNELS[name]
 
     def _attention_forward_tma(self, kernel, q, qs, k, ks, v, vs, out, os_, lse):

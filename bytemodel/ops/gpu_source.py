@@ -37,6 +37,12 @@ def source(name: str) -> str:
     return src.replace('#include "common.cuh"', common)
 
 
+def tma_source() -> str:
+    """gpu/flash_tma.cu as the extra source appended to gpu/flash_hopper.cu (cuda_ops._tma_kernel)."""
+    with open(os.path.join(_GPU_DIR, "flash_tma.cu")) as f:
+        return "\n" + f.read()
+
+
 def module_options(file: str, precision: str, defines: tuple = ()) -> tuple:
     """cuda_ops._module's options for gpu/<file> at precision, with -D of each of `defines`."""
     opts = ("-std=c++17", f"-D{MACRO[precision]}") + tuple(f"-D{d}" for d in defines)

@@ -1,0 +1,200 @@
+// The forward fed by the tensor memory accelerator (issue 28): not a module alone, but appended to
+// gpu/flash_hopper.cu, whose helpers it uses (Lay, Wg, the wgmma wrappers), and compiled with it
+// only where it is used (cuda_ops._tma_kernel: _hopper_module with this file as its extra source),
+// so that the shipped Hopper module does not carry kernels that have not yet run on a GPU.
+#if HAS_MMA
+
+// ------------------------------------------------------------------------------------------------
+// Forward fed by the tensor memory accelerator, with a producer warp (FlashAttention-3's warp
+// specialisation; issue 28). The same contract and the same arithmetic per row as flash_fwd_h (so
+// at equal BN the same bits), but no thread of the math warpgroups loads anything and no barrier
+// joins them: one lane of a producer warp (the CTA's last warp) issues every copy as a bulk tensor
+// copy (cp.async.bulk.tensor, boxes of 64 columns x rows in the 128-byte swizzle, Lay<D, 1>'s
+// layout, rows past T or S filled with zeros by the copy engine), each completing on an mbarrier
+// ("full", one per stage, with the bytes it expects); each of the CW math warpgroups (64 query rows)
+// waits on a stage's full barrier, reads it, and arrives on its "empty" barrier (every math thread
+// arrives once per tile), whose completion lets the producer refill the stage. A warpgroup past its
+// last tile (the diagonal) still waits for each tile's data before it arrives, so its arrivals fall
+// in that tile's phase. The three tensor maps (CUtensorMap, 128 bytes) come by value
+// (__grid_constant__): q as (D, T, H, B), k and v as (D, S, K, B), strides from the views
+// (cuda_ops._tma_map). b0: the batch row of grid row 0 (a launch in slices of the batch).
+struct __align__(64) TmaMap { unsigned long long w[16]; };
+
+__device__ __forceinline__ void mbar_init(u64* b, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(u64* b, u32 bytes) {   // an arrival that also expects bytes
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* b, u32 parity) {   // until the phase of this parity completes
+    asm volatile("{\n.reg .pred done;\nwait_again:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_again;\n}\n" :: "r"(smem_u32(b)), "r"(parity) : "memory");
+}
+// a box of the tensor map `map` at coordinates (c0, c1, c2, c3) into shared memory at dst, its bytes
+// counted on the barrier bar
+__device__ __forceinline__ void tma_load4(void* dst, const TmaMap* map, u64* bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 :: "r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                    "r"(smem_u32(bar)) : "memory");
+}
+
+template <int D, int BN, int CW, int STAGES>
+__device__ __forceinline__ void flash_fwd_w(
+    const TmaMap& mq, const TmaMap& mk, const TmaMap& mv, act_t* __restrict__ O, float* __restrict__ LSE,
+    int H, int KH, int T, int S, int b0, i64 osb, i64 osh, i64 ost, float scale_log2) {
+    constexpr int BM = 64 * CW, TILE = BN * D * 2, QB = BM * D * 2, A = D / 64;   // A: 64-column atoms
+    using L = Lay<D, 1>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than used
+    unsigned char* sQ = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);   // [BM][D]
+    unsigned char* sK = sQ + QB;                  // [STAGES][BN][D]
+    unsigned char* sV = sK + STAGES * TILE;       // [STAGES][BN][D]
+    u64* qbar = reinterpret_cast<u64*>(sV + STAGES * TILE);
+    u64* full = qbar + 1;                         // [STAGES]
+    u64* empty = full + STAGES;                   // [STAGES]
+
+    const int mtile = gridDim.x - 1 - blockIdx.x;    // heaviest (last) query tiles first
+    const int bh = blockIdx.y, b = b0 + bh / H, h = bh % H, kh = h / (H / KH);
+    const int m0 = mtile * BM, offset = S - T;
+    const int ntiles = (min(S, m0 + BM + offset) + BN - 1) / BN;            // tiles the CTA loads
+    if (threadIdx.x == 0) {
+        mbar_init(qbar, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full + s, 1);
+            mbar_init(empty + s, 128 * CW);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= 128 * CW) {                // the producer warp
+        if (threadIdx.x == 128 * CW) {
+            mbar_expect(qbar, QB);
+#pragma unroll
+            for (int a = 0; a < A; a++) tma_load4(sQ + a * BM * 128, &mq, qbar, a * 64, m0, h, b);
+            for (int j = 0; j < ntiles; j++) {
+                const int st = j % STAGES;
+                if (j >= STAGES) mbar_wait(empty + st, ((j / STAGES) - 1) & 1);   // its last readers are done
+                mbar_expect(full + st, 2 * TILE);
+#pragma unroll
+                for (int a = 0; a < A; a++) {
+                    tma_load4(sK + st * TILE + a * BN * 128, &mk, full + st, a * 64, j * BN, kh, b);
+                    tma_load4(sV + st * TILE + a * BN * 128, &mv, full + st, a * 64, j * BN, kh, b);
+                }
+            }
+        }
+        return;
+    }
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wrow = wg * 64 + warp * 16;            // this warp's first row in the CTA's tile
+    const int wtiles = (min(S, m0 + wg * 64 + 64 + offset) + BN - 1) / BN;  // tiles this warpgroup sees
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const u64 dq = L::qk(sQ + L::rows_at(wg * 64, BM), BM);
+    float s[BN / 2];
+    mbar_wait(qbar, 0);
+    for (int j = 0; j < ntiles; j++) {
+        const int st = j % STAGES;
+        mbar_wait(full + st, (j / STAGES) & 1);
+        if (j < wtiles) {
+            const int n0 = j * BN;
+            const u64 dk = L::qk(sK + st * TILE, BN);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)   // 16 columns of Q and K
+                Wg<BN>::template ss<0>(s, dq + (L::qk_step(kk, BM) >> 4), dk + (L::qk_step(kk, BN) >> 4), kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            if (n0 + BN > S || n0 + BN - 1 > m0 + wrow + offset) {   // the tile touches the diagonal or the end
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int c = n0 + i * 8 + 2 * t + (e & 1);
+                        int r = m0 + wrow + g + (e >> 1) * 8;
+                        if (c >= S || c > r + offset) s[4 * i + e] = -INFINITY;
+                    }
+            }
+#pragma unroll
+            for (int rh = 0; rh < 2; rh++) {   // online softmax, as flash_fwd_h
+                float mx = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * rh], s[4 * i + 2 * rh + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float mnew = fmaxf(mrow[rh], mx * scale_log2);
+                float muse = mnew == -INFINITY ? 0.f : mnew;
+                float alpha = exp2f(mrow[rh] - muse);
+                mrow[rh] = mnew;
+                float sum = 0.f;
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++) {
+                    float p0 = exp2f(s[4 * i + 2 * rh] * scale_log2 - muse);
+                    float p1 = exp2f(s[4 * i + 2 * rh + 1] * scale_log2 - muse);
+                    s[4 * i + 2 * rh] = p0; s[4 * i + 2 * rh + 1] = p1;
+                    sum += p0 + p1;
+                }
+                lrow[rh] = lrow[rh] * alpha + sum;
+#pragma unroll
+                for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
+            }
+            u32 pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
+            }
+            const u64 dv = L::v(sV + st * TILE, BN);
+            fence_regs(o);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+                Wg<D>::template rs<1>(o, pa[kk], dv + (L::v_step(kk) >> 4), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+        }
+        mbar_arrive(empty + st);   // this thread is done with the stage
+    }
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {   // divide by the row sums, write O and LSE
+        float l = lrow[rh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int r = m0 + wrow + g + rh * 8;
+        float inv = 1.f / l;
+        if (r < T) {
+            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                *reinterpret_cast<act2_t*>(orow + i * 8 + 2 * t) = from_f2(o[4 * i + 2 * rh] * inv, o[4 * i + 2 * rh + 1] * inv);
+            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
+        }
+    }
+}
+
+#define FWD_W(NAME, D, BN, CW, STAGES, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * CW + 32, MINB) NAME(                        \
+        const __grid_constant__ TmaMap mq, const __grid_constant__ TmaMap mk,                      \
+        const __grid_constant__ TmaMap mv, act_t* O, float* LSE, int H, int KH, int T, int S,      \
+        int b0, i64 osb, i64 osh, i64 ost, float scale_log2) {                                      \
+        flash_fwd_w<D, BN, CW, STAGES>(mq, mk, mv, O, LSE, H, KH, T, S, b0, osb, osh, ost, scale_log2); \
+    }
+// name, D, BN, math warpgroups, stages, CTAs per SM asked of the register allocator (cuda_ops.TMA_FWD_KERNELS)
+FWD_W(flash_fwd_w64, 64, 64, 2, 3, 2)
+FWD_W(flash_fwd_w64_n128, 64, 128, 2, 2, 1)
+FWD_W(flash_fwd_w64_m192, 64, 128, 3, 2, 1)
+FWD_W(flash_fwd_w128, 128, 128, 2, 2, 1)
+FWD_W(flash_fwd_w128_n64, 128, 64, 2, 3, 1)
+#endif
