@@ -111,6 +111,10 @@ def load(path) -> Loaded:
         meta = _read_meta(blob)
         tensors = st_load(blob)
     except (SafetensorError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        what = _looks_like(blob)
+        if what:
+            raise CheckpointError(f"{p} is {what}, not a bytemodel checkpoint (a run directory or its "
+                                  f"{BEST_NAME} / {CKPT_NAME})") from None
         raise CheckpointError(f"{p} is not a valid bytemodel checkpoint ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a bytemodel checkpoint")
@@ -170,6 +174,27 @@ def _newer_than_v1(meta: dict) -> bool:
     if set(meta) - _V1_META or not isinstance(train, dict) or set(train) - _V1_TRAIN:
         return True
     return isinstance(train.get("config"), dict) and bool(set(train["config"]) - _V1_SETTINGS)
+
+
+# what a file given where a checkpoint belongs more likely is, by its first bytes
+_KINDS = ((b"\x89BMZ\r\n\x1a\n", "a file made by `bytemodel compress` (decompress it with `bytemodel decompress`)"),
+          (b"\x89PNG", "a PNG image"), (b"\xfd7zXZ", "an xz file"), (b"\x28\xb5\x2f\xfd", "a zstd file"),
+          (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip file"), (b"\x7fELF", "an executable"))
+
+
+def _looks_like(blob: bytes) -> str:
+    """Words for a file that is not a checkpoint but something recognisable ("" if not)."""
+    for magic, what in _KINDS:
+        if blob.startswith(magic):
+            return what
+    head = blob[:4096].lstrip()
+    if head.startswith(b"{"):
+        if b'"merges"' in head:
+            return "a tokenizer file (give it with --tokenizer)"
+        if b'"model_type"' in head or b'"architectures"' in head:
+            return "a Hugging Face config (import its folder with `bytemodel import-hf`)"
+        return "a JSON file"
+    return ""
 
 
 def _read_meta(blob: bytes) -> dict:

@@ -111,3 +111,18 @@ def test_train_and_tokenizer_train_take_the_source_as_an_argument(tmp_path):
                          "-o", tmp_path / "u.json"]), "two sources")
     assert refused(*cli(["tokenizer", "train", "--merges", "2", "-o", tmp_path / "u.json"]), "tokenizer train PATH")
     assert not (tmp_path / "u.json").exists()
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_for_what_it_is(tmp_path):
+    """A .bmz, a tokenizer, an image given where a checkpoint belongs: one error line saying what
+    the file looks like (before: "not a valid bytemodel checkpoint (bad header length)")."""
+    from bytemodel.compress.container import MAGIC
+    cases = {"x.bmz": (MAGIC + bytes(64), "bytemodel compress"),
+             "tok.json": (b'{"format":"bytemodel-tokenizer","version":1,"merges":[]}', "tokenizer"),
+             "loss.png": (b"\x89PNG\r\n\x1a\n" + bytes(64), "PNG image"),
+             "notes.txt": (b"hello, not a checkpoint", "not a valid bytemodel checkpoint")}
+    for name, (data, words) in cases.items():
+        f = tmp_path / name
+        f.write_bytes(data)
+        assert refused(*cli(["info", f]), words), name
+        assert refused(*cli(["generate", "-c", f, "--bytes", "3"]), words), name
