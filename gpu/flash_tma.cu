@@ -1,7 +1,6 @@
-// The forward fed by the tensor memory accelerator (issue 28): not a module alone, but appended to
-// gpu/flash_hopper.cu, whose helpers it uses (Lay, Wg, the wgmma wrappers), and compiled with it
-// only where it is used (cuda_ops._tma_kernel: _hopper_module with this file as its extra source),
-// so that the shipped Hopper module does not carry kernels that have not yet run on a GPU.
+// The forward fed by the tensor memory accelerator (issue 28): not a module alone but the second
+// part of the Hopper module, after gpu/flash_hopper.cu, whose helpers it uses (Lay, Wg, the wgmma
+// wrappers): cuda_ops._hopper_module compiles the two as one source (gpu_source.tma_source).
 #if HAS_MMA
 
 // ------------------------------------------------------------------------------------------------

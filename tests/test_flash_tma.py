@@ -47,7 +47,7 @@ def _tma_forward(ops, name, q, k, v):
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 @pytest.mark.parametrize("name", KERNELS)
 @pytest.mark.parametrize("T,S", [(1, 1), (100, 100), (129, 300), (300, 429), (1000, 1000)])
-def test_tma_forward_against_the_reference_and_the_wgmma_forward(precision, name, T, S):
+def test_tma_forward_against_the_reference_and_the_wgmma_forward(precision, name, T, S, monkeypatch):
     ops = _hopper_or_skip(precision)
     D, BM, BN = cuda_ops.TMA_FWD_KERNELS[name][:3]
     f = 1.0 if precision == "fp16" else 8.0
@@ -58,9 +58,10 @@ def test_tma_forward_against_the_reference_and_the_wgmma_forward(precision, name
     o_ref, l_ref = ref.attention_forward(host(q), host(k), host(v))
     assert rel(host(out), o_ref) < 4e-3 * f
     assert float(np.max(np.abs(host(lse) - l_ref))) < 2e-4 * f
-    shipped = cuda_ops.FLASH_FWD_HOPPER[D]
-    out2, lse2 = ops.attention_forward(q, k, v)      # the shipped wgmma forward (FLASH_FWD_TMA empty)
-    if cuda_ops.HOPPER_FWD_KERNELS[shipped][2] == BN and not cuda_ops.FLASH_FWD_TMA:
+    wgmma = cuda_ops.FLASH_FWD_HOPPER[D]
+    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {})
+    out2, lse2 = ops.attention_forward(q, k, v)      # the wgmma forward
+    if cuda_ops.HOPPER_FWD_KERNELS[wgmma][2] == BN:   # the same key tile: the same arithmetic a row
         assert cp.array_equal(out, out2) and cp.array_equal(lse, lse2)
 
 
@@ -90,14 +91,35 @@ def test_tma_forward_on_a_cache_slice_and_in_batch_slices(name, monkeypatch):
 
 
 def test_attention_forward_runs_the_tma_kernel_when_chosen(monkeypatch):
-    """FLASH_FWD_TMA (BYTEMODEL_FWD_TMA) sends attention_forward through the TMA kernel of that head
-    dim (its cached function is there afterwards), and attention dropout still through the wgmma
-    kernels (no TMA twin)."""
+    """FLASH_FWD_TMA (shipped at head dims 64 and 128; BYTEMODEL_FWD_TMA) sends attention_forward
+    through the TMA kernel of that head dim (its cached function is there afterwards, the wgmma
+    forward's is not), and attention dropout through the wgmma kernels (no TMA twin)."""
     ops = _hopper_or_skip("fp16")
-    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {64: "flash_fwd_w64"})
+    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {64: "flash_fwd_w64_m192"})
     rng = np.random.default_rng(2)
     q, k, v = _views(ops, rng, 1, 4, 4, 64, 64, 64)
     out, _ = ops.attention_forward(q, k, v)
-    assert ("flash_hopper.cu", "flash_fwd_w64") in ops._fns
+    assert ("flash_hopper.cu", "flash_fwd_w64_m192") in ops._fns
+    assert ("flash_hopper.cu", cuda_ops.FLASH_FWD_HOPPER[64]) not in ops._fns
     o_ref, _ = ref.attention_forward(host(q), host(k), host(v))
     assert rel(host(out), o_ref) < 4e-3
+    ops.attention_forward(q, k, v, drop=(0.1, (7, 9), 0))
+    assert ("flash_hopper.cu", cuda_ops.FLASH_FWD_HOPPER[64] + "_drop") in ops._fns
+
+
+def test_a_tma_forward_that_cannot_run_falls_back_to_the_wgmma_forward(monkeypatch, capsys):
+    """Where the tensor map cannot be made (an older driver), the forward says so once and runs the
+    wgmma kernel: the same result, and the Hopper backward stays on."""
+    ops = _hopper_or_skip("fp16")
+
+    def refuse(*a, **k):
+        raise RuntimeError("cuTensorMapEncodeTiled failed (1)")
+    monkeypatch.setattr(cuda_ops, "_tma_map", refuse)
+    rng = np.random.default_rng(4)
+    q, k, v = _views(ops, rng, 1, 4, 4, 70, 70, 64)
+    out, _ = ops.attention_forward(q, k, v)
+    o_ref, _ = ref.attention_forward(host(q), host(k), host(v))
+    assert rel(host(out), o_ref) < 4e-3
+    assert not ops.tma and ops.hopper and ("flash_hopper.cu", cuda_ops.FLASH_FWD_HOPPER[64]) in ops._fns
+    ops.attention_forward(q, k, v)
+    assert capsys.readouterr().err.count("TMA attention forward is unavailable") == 1

@@ -10,8 +10,8 @@ The builds, one test each (all compiled at once in a thread pool; each test wait
         decode.cu's products (its DEC_GEMV_KERNELS), D one of DECODE_HEAD_DIMS. All 60 builds
         of R x D x precision cost ~130 s of one core, so a sample: every R, every D and every
         precision at least once, the largest (R, D) among them
-    flash_hopper.cu (cuda_ops._hopper_module) at fp16 and bf16, the precisions with the flash path,
-        and with flash_tma.cu after it (cuda_ops._tma_kernel)
+    flash_hopper.cu with flash_tma.cu after it (cuda_ops._hopper_module) at fp16 and bf16, the
+        precisions with the flash path
     mix_step.cu for ctx3f's context count, scatter.cu for each value type, mixer.cu
     benchmarks/kernels/flash_attn.py's study modules: flash_variants.cu after flash_attn.cu and
         flash_hopper_variants.cu after flash_hopper.cu, at fp16 (its only precision)
@@ -79,9 +79,7 @@ def builds() -> list[Build]:
     out += [Build(f"decode.cu-dec_step_r{R}_d{D}-{p}", "decode.cu", source("decode.cu"),
                   module_options("decode.cu", p, (f"DEC_STEP_R={R}", f"DEC_STEP_D={D}")) + ARCH)
             for R, D, p in _dec_steps()]
-    out += [Build(f"flash_hopper.cu-{p}", "flash_hopper.cu", source("flash_hopper.cu"), hopper_options(p))
-            for p in ("fp16", "bf16")]
-    out += [Build(f"flash_hopper.cu+flash_tma.cu-{p}", "flash_tma.cu", source("flash_hopper.cu") + tma_source(),
+    out += [Build(f"flash_hopper.cu-{p}", "flash_hopper.cu+flash_tma.cu", source("flash_hopper.cu") + tma_source(),
                   hopper_options(p)) for p in ("fp16", "bf16")]
     K = _mix_k()
     out.append(Build(f"mix_step.cu-K{K}", "mix_step.cu", source("mix_step.cu"), mix_options(K) + ARCH))
@@ -91,7 +89,8 @@ def builds() -> list[Build]:
     out.append(Build("flash_attn.cu+flash_variants.cu-fp16", "flash_attn.cu", _with("flash_attn.cu", "flash_variants.cu"),
                      module_options("flash_attn.cu", "fp16") + ARCH))
     out.append(Build("flash_hopper.cu+flash_hopper_variants.cu-fp16", "flash_hopper.cu",
-                     _with("flash_hopper.cu", "flash_hopper_variants.cu"), hopper_options("fp16")))
+                     source("flash_hopper.cu") + tma_source() + "\n" + (BENCH / "flash_hopper_variants.cu").read_text(),
+                     hopper_options("fp16")))
     return out
 
 
@@ -126,11 +125,11 @@ def test_module_compiles(build, compiled):
 
 def test_every_module_is_built():
     """A gpu/*.cu file that no build compiles would go unchecked (a new loader must add its builds)."""
-    assert {p.name for p in gpu_dir().glob("*.cu")} <= {b.file for b in BUILDS}
+    assert {p.name for p in gpu_dir().glob("*.cu")} <= {f for b in BUILDS for f in b.file.split("+")}
     assert len({b.id for b in BUILDS}) == len(BUILDS)
 
 
-@pytest.mark.parametrize("build", [b for b in BUILDS if b.id.startswith(("flash_hopper.cu-", "flash_hopper.cu+flash_tma.cu-"))],
+@pytest.mark.parametrize("build", [b for b in BUILDS if b.id.startswith("flash_hopper.cu-")],
                          ids=lambda b: b.id)
 def test_no_shipped_wgmma_is_serialized(build, compiled):
     """ptxas serializes every wgmma of a kernel where a warpgroup's accumulator registers are

@@ -86,14 +86,17 @@ FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 # The Hopper forward fed by the tensor memory accelerator with a producer warp (gpu/flash_tma.cu's
 # flash_fwd_w, issue 28): kernel -> (D, BM query rows = 64 per math warpgroup, BN keys a tile, stages,
 # math warpgroups); 128 threads a math warpgroup + one producer warp. FLASH_FWD_TMA (head dim ->
-# kernel) chooses it over FLASH_FWD_HOPPER; empty: not shipped, a study until it times faster
-# (benchmarks/kernels/flash_attn.py --tma). BYTEMODEL_FWD_TMA=name,name runs those kernels in its
-# place (the GPU tests as if shipped). Without attention dropout only (no _drop twin).
+# kernel) runs it instead of FLASH_FWD_HOPPER's wgmma forward, whose bytes it gives (the same key
+# tile, the same arithmetic a row), 1.31-1.47x SDPA's speed where the wgmma forward ran 0.94-1.04x
+# (H100, benchmarks/README.md, "The forward fed by the tensor memory accelerator"). Without attention
+# dropout only: dropout runs the wgmma forward's _drop twins. BYTEMODEL_FWD_TMA=none runs the wgmma
+# forward everywhere (=name,name: those kernels, the studies too, as if shipped).
 TMA_FWD_KERNELS = {"flash_fwd_w64": (64, 128, 64, 3, 2), "flash_fwd_w64_n128": (64, 128, 128, 2, 2),
                    "flash_fwd_w64_m192": (64, 192, 128, 2, 3), "flash_fwd_w128": (128, 128, 128, 2, 2),
                    "flash_fwd_w128_n64": (128, 128, 64, 3, 2)}
-FLASH_FWD_TMA = {TMA_FWD_KERNELS[n][0]: n for n in os.environ.get("BYTEMODEL_FWD_TMA", "").split(",")
-                 if n in TMA_FWD_KERNELS}
+_TMA_ASKED = os.environ.get("BYTEMODEL_FWD_TMA", "")
+FLASH_FWD_TMA = ({64: "flash_fwd_w64", 128: "flash_fwd_w128"} if not _TMA_ASKED else
+                 {TMA_FWD_KERNELS[n][0]: n for n in _TMA_ASKED.split(",") if n in TMA_FWD_KERNELS})
 # The Hopper backward (gpu/flash_hopper.cu): head dim -> (kernel, (BM queries a tile, BN keys a CTA,
 # query rows per dQ counter, floats of the dQ exchange)), FLASH_BWD's meaning for the first three;
 # 256 threads (two warpgroups of 64 keys). With attention dropout the kernel of the same name +
@@ -179,7 +182,7 @@ def _bf16_or_none():
 
 
 def _hopper_module(precision: str, extra: str = ""):
-    """gpu/flash_hopper.cu (+ `extra` source: the benchmarks' variants) compiled by NVRTC for
+    """gpu/flash_hopper.cu and gpu/flash_tma.cu after it (+ `extra` source: the benchmarks' variants) compiled by NVRTC for
     sm_90a (wgmma needs the architecture-specific target, which CuPy's own compile path cannot
     name) and loaded from the cubin. The cubin is kept in CuPy's kernel cache directory
     (CUPY_CACHE_DIR, else ~/.cupy/kernel_cache) under the hash of the source, the options and
@@ -189,7 +192,8 @@ def _hopper_module(precision: str, extra: str = ""):
         import hashlib
         from cupy._core.core import assemble_cupy_compiler_options
         from cupy_backends.cuda.libs import nvrtc
-        src = _source("flash_hopper.cu") + extra
+        from .gpu_source import tma_source
+        src = _source("flash_hopper.cu") + tma_source() + extra   # the TMA forward after the wgmma kernels
         opts = assemble_cupy_compiler_options(hopper_options(precision))
         tag = hashlib.sha256(repr((src, opts, nvrtc.getVersion())).encode()).hexdigest()[:32]
         cache = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser(os.path.join("~", ".cupy", "kernel_cache"))
@@ -274,6 +278,7 @@ class CudaBackend:
             hopper = (int(cp.cuda.Device().compute_capability) // 10 == 9
                       and os.environ.get("BYTEMODEL_HOPPER", "1") != "0")
         self.hopper = self.flash and bool(hopper)
+        self.tma = True        # the TMA forward where FLASH_FWD_TMA has one (off, said once, if it cannot run)
         self._positions = None               # 0, 1, 2, ... on the device: attention_decode's key counts
         self._fns: dict = {}
         self._alpha = np.ones(1, dtype=np.float32)
@@ -673,11 +678,16 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        if self.hopper and dr is None and D in FLASH_FWD_TMA:
-            tma = self._hopper_or_none(lambda: self._tma_kernel(FLASH_FWD_TMA[D]))
-            if tma is not None:
-                self._attention_forward_tma(tma, q, qs, k, ks, v, vs, out, os_, lse)
+        if self.hopper and self.tma and dr is None and D in FLASH_FWD_TMA:
+            try:   # the tensor maps are made before anything is launched: a refusal launches nothing
+                self._attention_forward_tma(self._tma_kernel(FLASH_FWD_TMA[D]), q, qs, k, ks, v, vs, out, os_, lse)
                 return out, lse
+            except (ImportError, AttributeError, OSError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:
+                import sys
+                why = (str(e).splitlines() or [type(e).__name__])[0][:200]
+                print(f"warning: the TMA attention forward is unavailable ({why}); using the wgmma forward",
+                      file=sys.stderr)
+                self.tma = False
         hop = None
         if self.hopper and D in FLASH_FWD_HOPPER:
             hop = self._hopper_or_none(lambda: self._hopper_kernel(D, drop=dr is not None))
@@ -701,12 +711,11 @@ class CudaBackend:
         return out, lse
 
     def _tma_kernel(self, name: str):
-        """A forward of gpu/flash_tma.cu (flash_fwd_w, TMA_FWD_KERNELS; compiled after
+        """A forward of gpu/flash_tma.cu (flash_fwd_w, TMA_FWD_KERNELS; in the Hopper module after
         gpu/flash_hopper.cu, whose helpers it uses) and its tiles."""
         key = ("flash_hopper.cu", name)
         if key not in self._fns:
-            from .gpu_source import tma_source
-            self._fns[key] = _hopper_module(self.precision, tma_source()).get_function(name)
+            self._fns[key] = _hopper_module(self.precision).get_function(name)
         return self._fns[key], TMA_FWD_KERNELS[name]
 
     def _attention_forward_tma(self, kernel, q, qs, k, ks, v, vs, out, os_, lse):

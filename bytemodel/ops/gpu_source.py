@@ -38,7 +38,7 @@ def source(name: str) -> str:
 
 
 def tma_source() -> str:
-    """gpu/flash_tma.cu as the extra source appended to gpu/flash_hopper.cu (cuda_ops._tma_kernel)."""
+    """gpu/flash_tma.cu as it follows gpu/flash_hopper.cu in the Hopper module (cuda_ops._hopper_module)."""
     with open(os.path.join(_GPU_DIR, "flash_tma.cu")) as f:
         return "\n" + f.read()
 
