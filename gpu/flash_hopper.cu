@@ -198,6 +198,97 @@ template <> struct Wg<128> {
     template <int TB> __device__ static void rs(float (&d)[64], const u32 (&a)[4], u64 b, int acc) { wgmma_rs_n128<TB>(d, a, b, acc); }
 };
 
+// One key tile of the forward once its scores s = Q K^T (this warp's 16 rows from r0 = the tile's
+// first row + the warp's, g and t the lane's row and column in the fragment) have landed: the causal
+// and end mask (keys n0 ..), the online softmax in base 2 (row max m, row sum l, O rescaled),
+// attention dropout (DROP, after the row sum), P packed as the A operand and O += P V issued over
+// the V tile at vtile (Lay<D, SW>) and waited for. flash_fwd_h's and gpu/flash_tma.cu's flash_fwd_w's.
+template <int D, int BN, int SW, bool DROP, int HR>
+__device__ __forceinline__ void fwd_tile(float (&s)[BN / 2], float (&o)[D / 2], float (&mrow)[2], float (&lrow)[2],
+                                         const unsigned char* vtile, int n0, int r0, int g, int t, int S, int offset,
+                                         float scale_log2, int bh, int T, Drop dr) {
+    using L = Lay<D, SW>;
+    if (n0 + BN > S || n0 + BN - 1 > r0 + offset) {   // the tile touches the diagonal or the end
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int c = n0 + i * 8 + 2 * t + (e & 1);
+                int r = r0 + g + (e >> 1) * 8;
+                if (c >= S || c > r + offset) s[4 * i + e] = -INFINITY;
+            }
+    }
+    // online softmax, two rows per thread (g: e = 0, 1; g + 8: e = 2, 3)
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * rh], s[4 * i + 2 * rh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mnew = fmaxf(mrow[rh], mx * scale_log2);
+        float muse = mnew == -INFINITY ? 0.f : mnew;
+        float alpha = exp2f(mrow[rh] - muse);
+        mrow[rh] = mnew;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) {
+            float p0 = exp2f(s[4 * i + 2 * rh] * scale_log2 - muse);
+            float p1 = exp2f(s[4 * i + 2 * rh + 1] * scale_log2 - muse);
+            s[4 * i + 2 * rh] = p0; s[4 * i + 2 * rh + 1] = p1;
+            sum += p0 + p1;
+        }
+        lrow[rh] = lrow[rh] * alpha + sum;
+        if constexpr (DROP)   // after the row sum: l (and LSE) stay those of the undropped P
+            drop_fwd_row<BN / 8, HR>(reinterpret_cast<float(&)[BN / 8][4]>(s), rh,
+                                 dr.off + ((i64)bh * T + r0 + g + rh * 8) * S + n0, t,
+                                 ((dr.off | (i64)S) & 3) == 0, dr);
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
+    }
+    // O += P V: 16 keys a product, P's registers as the A operand
+    u32 pa[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    const u64 dv = L::v(vtile, BN);
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)   // 16 keys = two groups of 8
+        Wg<D>::template rs<1>(o, pa[kk], dv + (L::v_step(kk) >> 4), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+}
+
+// The end of a forward: O = its sums over the row sums (this thread's two rows r0 and r0 + 8 of
+// head h of batch row b), LSE (natural log); rows past T are not written.
+template <int D>
+__device__ __forceinline__ void fwd_finish(const float (&o)[D / 2], const float (&mrow)[2], const float (&lrow)[2],
+                                           act_t* O, float* LSE, int b, int h, int H, int T, int r0,
+                                           i64 osb, i64 osh, i64 ost, int t) {
+#pragma unroll
+    for (int rh = 0; rh < 2; rh++) {
+        float l = lrow[rh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int r = r0 + rh * 8;
+        float inv = 1.f / l;
+        if (r < T) {
+            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                *reinterpret_cast<act2_t*>(orow + i * 8 + 2 * t) = from_f2(o[4 * i + 2 * rh] * inv, o[4 * i + 2 * rh + 1] * inv);
+            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Forward. WGS warpgroups of 64 query rows (BM = 64 WGS rows, 128 WGS threads a CTA), BN keys a
 // tile, STAGES shared-memory stages of K and V. OVERLAP: the scores of tile j + 1 are in flight
@@ -307,62 +398,8 @@ __device__ __forceinline__ void flash_fwd_h(
                 wgmma_wait<0>();
                 fence_regs(s);
             }
-            if (n0 + BN > S || n0 + BN - 1 > m0 + wrow + offset) {   // the tile touches the diagonal or the end
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int c = n0 + i * 8 + 2 * t + (e & 1);
-                        int r = m0 + wrow + g + (e >> 1) * 8;
-                        if (c >= S || c > r + offset) s[4 * i + e] = -INFINITY;
-                    }
-            }
-            // online softmax, two rows per thread (g: e = 0, 1; g + 8: e = 2, 3)
-#pragma unroll
-            for (int rh = 0; rh < 2; rh++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * rh], s[4 * i + 2 * rh + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mnew = fmaxf(mrow[rh], mx * scale_log2);
-                float muse = mnew == -INFINITY ? 0.f : mnew;
-                float alpha = exp2f(mrow[rh] - muse);
-                mrow[rh] = mnew;
-                float sum = 0.f;
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++) {
-                    float p0 = exp2f(s[4 * i + 2 * rh] * scale_log2 - muse);
-                    float p1 = exp2f(s[4 * i + 2 * rh + 1] * scale_log2 - muse);
-                    s[4 * i + 2 * rh] = p0; s[4 * i + 2 * rh + 1] = p1;
-                    sum += p0 + p1;
-                }
-                lrow[rh] = lrow[rh] * alpha + sum;
-                if constexpr (DROP)   // after the row sum: l (and LSE) stay those of the undropped P
-                    drop_fwd_row<BN / 8, HR>(reinterpret_cast<float(&)[BN / 8][4]>(s), rh,
-                                         dr.off + ((i64)bh * T + m0 + wrow + g + rh * 8) * S + n0, t,
-                                         ((dr.off | (i64)S) & 3) == 0, dr);
-#pragma unroll
-                for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
-            }
-            // O += P V: 16 keys a product, P's registers as the A operand
-            u32 pa[BN / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-            const u64 dv = L::v(sV + (j % STAGES) * TILE, BN);
-            fence_regs(o);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)   // 16 keys = two groups of 8
-                Wg<D>::template rs<1>(o, pa[kk], dv + (L::v_step(kk) >> 4), 1);
-            wgmma_commit();
-            wgmma_wait<0>();      // (with OVERLAP also tile j + 1's scores, committed before)
-            fence_regs(o);
+            fwd_tile<D, BN, SW, DROP, HR>(s, o, mrow, lrow, sV + (j % STAGES) * TILE, n0, m0 + wrow, g, t, S, offset,
+                                          scale_log2, bh, T, dr);   // (with OVERLAP its wait takes tile j + 1's scores too)
             if constexpr (OVERLAP) {
                 fence_regs(sn);
 #pragma unroll
@@ -372,22 +409,7 @@ __device__ __forceinline__ void flash_fwd_h(
         __syncthreads();   // every warpgroup is done with stage j before it is loaded again
     }
     if constexpr (PP) { if (wg == 0) bar_sync(1, 256); }   // take warpgroup 1's last arrival
-    // finish: divide by the row sums, write O and LSE
-#pragma unroll
-    for (int rh = 0; rh < 2; rh++) {
-        float l = lrow[rh];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int r = m0 + wrow + g + rh * 8;
-        float inv = 1.f / l;
-        if (r < T) {
-            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
-#pragma unroll
-            for (int i = 0; i < D / 8; i++)
-                *reinterpret_cast<act2_t*>(orow + i * 8 + 2 * t) = from_f2(o[4 * i + 2 * rh] * inv, o[4 * i + 2 * rh + 1] * inv);
-            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
-        }
-    }
+    fwd_finish<D>(o, mrow, lrow, O, LSE, b, h, H, T, m0 + wrow + g, osb, osh, ost, t);
 }
 
 #define FWD_H(NAME, D, BN, WGS, STAGES, OVERLAP, SW, PP, MINB)                                     \

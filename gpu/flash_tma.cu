@@ -113,74 +113,12 @@ __device__ __forceinline__ void flash_fwd_w(
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(s);
-            if (n0 + BN > S || n0 + BN - 1 > m0 + wrow + offset) {   // the tile touches the diagonal or the end
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int c = n0 + i * 8 + 2 * t + (e & 1);
-                        int r = m0 + wrow + g + (e >> 1) * 8;
-                        if (c >= S || c > r + offset) s[4 * i + e] = -INFINITY;
-                    }
-            }
-#pragma unroll
-            for (int rh = 0; rh < 2; rh++) {   // online softmax, as flash_fwd_h
-                float mx = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * rh], s[4 * i + 2 * rh + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mnew = fmaxf(mrow[rh], mx * scale_log2);
-                float muse = mnew == -INFINITY ? 0.f : mnew;
-                float alpha = exp2f(mrow[rh] - muse);
-                mrow[rh] = mnew;
-                float sum = 0.f;
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++) {
-                    float p0 = exp2f(s[4 * i + 2 * rh] * scale_log2 - muse);
-                    float p1 = exp2f(s[4 * i + 2 * rh + 1] * scale_log2 - muse);
-                    s[4 * i + 2 * rh] = p0; s[4 * i + 2 * rh + 1] = p1;
-                    sum += p0 + p1;
-                }
-                lrow[rh] = lrow[rh] * alpha + sum;
-#pragma unroll
-                for (int i = 0; i < D / 8; i++) { o[4 * i + 2 * rh] *= alpha; o[4 * i + 2 * rh + 1] *= alpha; }
-            }
-            u32 pa[BN / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-            const u64 dv = L::v(sV + st * TILE, BN);
-            fence_regs(o);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                Wg<D>::template rs<1>(o, pa[kk], dv + (L::v_step(kk) >> 4), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
+            fwd_tile<D, BN, 1, false, 2>(s, o, mrow, lrow, sV + st * TILE, n0, m0 + wrow, g, t, S, offset,
+                                         scale_log2, bh, T, Drop{0, 0u, 0u, 0u, 0.f});
         }
         mbar_arrive(empty + st);   // this thread is done with the stage
     }
-#pragma unroll
-    for (int rh = 0; rh < 2; rh++) {   // divide by the row sums, write O and LSE
-        float l = lrow[rh];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int r = m0 + wrow + g + rh * 8;
-        float inv = 1.f / l;
-        if (r < T) {
-            act_t* orow = O + b * osb + h * osh + (i64)r * ost;
-#pragma unroll
-            for (int i = 0; i < D / 8; i++)
-                *reinterpret_cast<act2_t*>(orow + i * 8 + 2 * t) = from_f2(o[4 * i + 2 * rh] * inv, o[4 * i + 2 * rh + 1] * inv);
-            if (t == 0) LSE[((i64)b * H + h) * T + r] = (mrow[rh] + log2f(l)) * LN2;
-        }
-    }
+    fwd_finish<D>(o, mrow, lrow, O, LSE, b, h, H, T, m0 + wrow + g, osb, osh, ost, t);
 }
 
 #define FWD_W(NAME, D, BN, CW, STAGES, MINB)                                                       \
