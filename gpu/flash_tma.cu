@@ -42,10 +42,11 @@ __device__ __forceinline__ void tma_load4(void* dst, const TmaMap* map, u64* bar
                     "r"(smem_u32(bar)) : "memory");
 }
 
-template <int D, int BN, int CW, int STAGES>
+template <int D, int BN, int CW, int STAGES, bool DROP = false, int HR = 2>
 __device__ __forceinline__ void flash_fwd_w(
     const TmaMap& mq, const TmaMap& mk, const TmaMap& mv, act_t* __restrict__ O, float* __restrict__ LSE,
-    int H, int KH, int T, int S, int b0, i64 osb, i64 osh, i64 ost, float scale_log2) {
+    int H, int KH, int T, int S, int b0, i64 osb, i64 osh, i64 ost, float scale_log2,
+    Drop dr = Drop{0, 0u, 0u, 0u, 0.f}) {
     constexpr int BM = 64 * CW, TILE = BN * D * 2, QB = BM * D * 2, A = D / 64;   // A: 64-column atoms
     using L = Lay<D, 1>;
     extern __shared__ __align__(128) unsigned char smem_raw[];   // 1024 bytes more than used
@@ -113,8 +114,8 @@ __device__ __forceinline__ void flash_fwd_w(
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(s);
-            fwd_tile<D, BN, 1, false, 2>(s, o, mrow, lrow, sV + st * TILE, n0, m0 + wrow, g, t, S, offset,
-                                         scale_log2, bh, T, Drop{0, 0u, 0u, 0u, 0.f});
+            fwd_tile<D, BN, 1, DROP, HR>(s, o, mrow, lrow, sV + st * TILE, n0, m0 + wrow, g, t, S, offset,
+                                         scale_log2, bh, T, dr);
         }
         mbar_arrive(empty + st);   // this thread is done with the stage
     }
@@ -128,10 +129,24 @@ __device__ __forceinline__ void flash_fwd_w(
         int b0, i64 osb, i64 osh, i64 ost, float scale_log2) {                                      \
         flash_fwd_w<D, BN, CW, STAGES>(mq, mk, mv, O, LSE, H, KH, T, S, b0, osb, osh, ost, scale_log2); \
     }
+// the same with attention dropout (common.cuh's Drop, the wgmma forward's mask bit for bit; dr.off
+// counts from the launch's first batch row, as flash_fwd_h's): cuda_ops.TMA_DROP runs them
+#define FWD_W_DROP(NAME, D, BN, CW, STAGES, MINB, HR)                                              \
+    extern "C" __global__ void __launch_bounds__(128 * CW + 32, MINB) NAME(                        \
+        const __grid_constant__ TmaMap mq, const __grid_constant__ TmaMap mk,                      \
+        const __grid_constant__ TmaMap mv, act_t* O, float* LSE, int H, int KH, int T, int S,      \
+        int b0, i64 osb, i64 osh, i64 ost, float scale_log2, i64 doff, u32 k0, u32 k1, u32 thr,    \
+        float dscale) {                                                                             \
+        flash_fwd_w<D, BN, CW, STAGES, true, HR>(mq, mk, mv, O, LSE, H, KH, T, S, b0, osb, osh, ost, \
+                                                 scale_log2, Drop{doff, k0, k1, thr, dscale});     \
+    }
 // name, D, BN, math warpgroups, stages, CTAs per SM asked of the register allocator (cuda_ops.TMA_FWD_KERNELS)
 FWD_W(flash_fwd_w64, 64, 64, 2, 3, 2)
 FWD_W(flash_fwd_w64_n128, 64, 128, 2, 2, 1)
 FWD_W(flash_fwd_w64_m192, 64, 128, 3, 2, 1)
 FWD_W(flash_fwd_w128, 128, 128, 2, 2, 1)
 FWD_W(flash_fwd_w128_n64, 128, 64, 2, 3, 1)
+// with attention dropout (not yet run on a GPU: cuda_ops.TMA_DROP is off until their tests pass there)
+FWD_W_DROP(flash_fwd_w64_drop, 64, 64, 2, 3, 2, 2)
+FWD_W_DROP(flash_fwd_w128_drop, 128, 128, 2, 2, 1, 2)
 #endif

@@ -123,3 +123,27 @@ def test_a_tma_forward_that_cannot_run_falls_back_to_the_wgmma_forward(monkeypat
     assert not ops.tma and ops.hopper and ("flash_hopper.cu", cuda_ops.FLASH_FWD_HOPPER[64]) in ops._fns
     ops.attention_forward(q, k, v)
     assert capsys.readouterr().err.count("TMA attention forward is unavailable") == 1
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T,S", [(100, 100), (129, 300), (1000, 1000)])
+def test_tma_dropout_twin_gives_the_wgmma_dropout_bytes(precision, D, T, S, monkeypatch):
+    """With attention dropout (TMA_DROP, off until this passes on a GPU) the TMA forward draws the
+    wgmma _drop forward's mask and gives its bytes (the same key tile, the same arithmetic a row),
+    also in slices of the batch (the mask's counter moved to each slice's first row)."""
+    ops = _hopper_or_skip(precision)
+    rng = np.random.default_rng(T + S + D)
+    q, k, v = _views(ops, rng, 3, 4, 2, T, S, D)
+    drop = (0.2, (123, 456), 789)
+    monkeypatch.setattr(cuda_ops, "TMA_DROP", True)
+    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {64: "flash_fwd_w64", 128: "flash_fwd_w128"})
+    out, lse = ops.attention_forward(q, k, v, drop=drop)
+    assert ("flash_hopper.cu", cuda_ops.FLASH_FWD_TMA[D] + "_drop") in ops._fns
+    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {})
+    out2, lse2 = ops.attention_forward(q, k, v, drop=drop)
+    assert cp.array_equal(out, out2) and cp.array_equal(lse, lse2)
+    monkeypatch.setattr(cuda_ops, "FLASH_FWD_TMA", {D: {64: "flash_fwd_w64", 128: "flash_fwd_w128"}[D]})
+    monkeypatch.setattr(cuda_ops, "GRID_Y_MAX", 4)                  # one batch row a launch
+    out3, _ = ops.attention_forward(q, k, v, drop=drop)
+    assert cp.array_equal(out, out3)

@@ -94,6 +94,9 @@ FLASH_FWD_HOPPER = {64: "flash_fwd_h64_bs", 128: "flash_fwd_h128_bsp"}
 TMA_FWD_KERNELS = {"flash_fwd_w64": (64, 128, 64, 3, 2), "flash_fwd_w64_n128": (64, 128, 128, 2, 2),
                    "flash_fwd_w64_m192": (64, 192, 128, 2, 3), "flash_fwd_w128": (128, 128, 128, 2, 2),
                    "flash_fwd_w128_n64": (128, 128, 64, 3, 2)}
+# With attention dropout too (the kernels' name + "_drop", the wgmma _drop forward's mask and bytes):
+# off until their GPU tests have passed (written without device time; BYTEMODEL_FWD_TMA_DROP=1 runs them)
+TMA_DROP = os.environ.get("BYTEMODEL_FWD_TMA_DROP", "") == "1"
 _TMA_ASKED = os.environ.get("BYTEMODEL_FWD_TMA", "")
 FLASH_FWD_TMA = ({64: "flash_fwd_w64", 128: "flash_fwd_w128"} if not _TMA_ASKED else
                  {TMA_FWD_KERNELS[n][0]: n for n in _TMA_ASKED.split(",") if n in TMA_FWD_KERNELS})
@@ -678,9 +681,10 @@ class CudaBackend:
         out = obuf.transpose(0, 2, 1, 3)
         os_ = self._strides(out)
         lse = cp.empty((B, H, T), dtype=cp.float32)
-        if self.hopper and self.tma and dr is None and D in FLASH_FWD_TMA:
+        if self.hopper and self.tma and (dr is None or TMA_DROP) and D in FLASH_FWD_TMA:
             try:   # the tensor maps are made before anything is launched: a refusal launches nothing
-                self._attention_forward_tma(self._tma_kernel(FLASH_FWD_TMA[D]), q, qs, k, ks, v, vs, out, os_, lse)
+                self._attention_forward_tma(self._tma_kernel(FLASH_FWD_TMA[D], drop=dr is not None),
+                                            q, qs, k, ks, v, vs, out, os_, lse, dr)
                 return out, lse
             except (ImportError, AttributeError, OSError, RuntimeError, cp.cuda.driver.CUDADriverError) as e:
                 import sys
@@ -710,18 +714,20 @@ class CudaBackend:
                 *qs, *ks, *vs, *os_, _f32(scale_log2)) + extra, shared_mem=smem)
         return out, lse
 
-    def _tma_kernel(self, name: str):
+    def _tma_kernel(self, name: str, drop: bool = False):
         """A forward of gpu/flash_tma.cu (flash_fwd_w, TMA_FWD_KERNELS; in the Hopper module after
-        gpu/flash_hopper.cu, whose helpers it uses) and its tiles."""
-        key = ("flash_hopper.cu", name)
+        gpu/flash_hopper.cu, whose helpers it uses) and its tiles; drop: its twin with attention dropout."""
+        fname = name + ("_drop" if drop else "")
+        key = ("flash_hopper.cu", fname)
         if key not in self._fns:
-            self._fns[key] = _hopper_module(self.precision).get_function(name)
+            self._fns[key] = _hopper_module(self.precision).get_function(fname)
         return self._fns[key], TMA_FWD_KERNELS[name]
 
-    def _attention_forward_tma(self, kernel, q, qs, k, ks, v, vs, out, os_, lse):
+    def _attention_forward_tma(self, kernel, q, qs, k, ks, v, vs, out, os_, lse, dr=None):
         """attention_forward through a TMA-fed forward (flash_fwd_w): the tensor maps of q, k and v
         made here (each names the whole tensor; a launch in slices of the batch passes its first
-        batch row), the same outputs as the wgmma forward."""
+        batch row), the same outputs as the wgmma forward. dr: _attn_drop's arguments (the _drop
+        twin), the mask's counter moved to each slice's first batch row as attention_forward's."""
         fn, (D, BM, BN, stages, cw) = kernel
         B, H, T, _ = q.shape
         K, S = k.shape[1], k.shape[2]
@@ -732,9 +738,10 @@ class CudaBackend:
         nb = max(1, GRID_Y_MAX // H)
         for b0 in range(0, B, nb):
             b1 = min(B, b0 + nb)
+            extra = () if dr is None else (_i64(dr[0] + b0 * H * T * S),) + dr[1:]
             fn(((T + BM - 1) // BM, (b1 - b0) * H), (128 * cw + 32,),
                (mq, mk, mv, out, lse, _i32(H), _i32(K), _i32(T), _i32(S), _i32(b0), *os_,
-                _f32(_scale_log2(D))), shared_mem=smem)
+                _f32(_scale_log2(D))) + extra, shared_mem=smem)
 
     def _hopper_or_none(self, get):
         """get() -> a Hopper kernel and its tiles; None, said once, where the sm_90a module cannot
