@@ -135,26 +135,41 @@ class LanguageModel:
                 return write_output(data, path, get_reader(run_reader))
         return write_output(data, path, fmt or None)
 
-    def score(self, data: bytes) -> dict:
-        """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document."""
+    def score(self, data: bytes | str) -> dict:
+        """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document (a str: its UTF-8
+        bytes, as generate takes a prompt)."""
         from .decode.score import score
-        return score(self.model, self.tokenizer, data)
+        return score(self.model, self.tokenizer, _bytes_of(data, "score"))
 
     def score_documents(self, docs) -> dict:
-        """The same summed over documents (an iterable of bytes, each scored from its start, all
-        in shared batches), plus 'documents': how many were not empty."""
+        """The same summed over documents (an iterable of bytes or str, each scored from its start,
+        all in shared batches), plus 'documents': how many were not empty."""
         from .decode.score import score_documents
-        return score_documents(self.model, self.tokenizer, docs)
+        return score_documents(self.model, self.tokenizer, (_bytes_of(d, "score_documents") for d in docs))
 
-    def compress(self, data: bytes, **options) -> bytes:
-        """data -> a .bmz container: range coded under this model (options: see bytemodel.compress.driver)."""
+    def compress(self, data: bytes | str, **options) -> bytes:
+        """data (a str: its UTF-8 bytes) -> a .bmz container: range coded under this model (options:
+        see bytemodel.compress.driver)."""
         from .compress.driver import compress
-        return compress(self, data, **options)
+        return compress(self, _bytes_of(data, "compress"), **options)
 
     def decompress(self, blob: bytes, **options) -> bytes:
         """A .bmz container made with this checkpoint and backend -> the exact original bytes."""
         from .compress.driver import decompress
-        return decompress(self, blob, **options)
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise ConfigError(f"decompress takes the .bmz file's bytes, not a {type(blob).__name__} "
+                              f"(open(path, 'rb').read())")
+        return decompress(self, bytes(blob), **options)
+
+
+def _bytes_of(data, what: str) -> bytes:
+    """The bytes an API call works on: bytes-like as they are, a str as its UTF-8 bytes; anything
+    else is one clear error (before: TypeError "string argument without an encoding" and the like)."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise ConfigError(f"{what} takes bytes (or a str, read as UTF-8), not a {type(data).__name__}")
 
 
 def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32",

@@ -725,3 +725,18 @@ def test_cli_eval_takes_a_directory(run_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     code, out = _cli(["eval", tmp_path / "empty", "-c", run_dir])
     assert code == 2 and out.startswith("error: ") and "no files" in out, out
+
+
+def test_the_api_takes_str_as_utf8_and_refuses_other_types(lm):
+    """score, score_documents and compress take a str as its UTF-8 bytes (as generate takes a
+    prompt); other types, and a str given to decompress, are one ConfigError naming what to give
+    (before: TypeError "string argument without an encoding")."""
+    text = "naïve café, ACGT"
+    assert lm.score(text)["bits"] == pytest.approx(lm.score(text.encode())["bits"], rel=1e-12)
+    assert lm.score_documents([text, b"ACGT"])["documents"] == 2
+    assert lm.decompress(lm.compress(text, streams=2)) == text.encode()
+    assert lm.decompress(bytearray(lm.compress(b"ACGTACGT", streams=2))) == b"ACGTACGT"
+    for call, words in ((lambda: lm.score(123), "score takes bytes"), (lambda: lm.compress(None), "compress takes bytes"),
+                        (lambda: lm.decompress("x.bmz"), "the .bmz file's bytes")):
+        with pytest.raises(bytemodel.ConfigError, match=words):
+            call()
