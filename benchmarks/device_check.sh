@@ -284,7 +284,7 @@ if [ "$only" = ncu ]; then   # issue 28: Nsight Compute on the backward's versio
     : > "$OUT/ncu.err"
     for V in ${NCU_BWD:-shipped h_staged h_nodq h_pipe} fwd; do   # one kernel each, the first after the checks
         step "ncu: $V at $shape"
-        filt=flash_bwd_h; [ "$V" = fwd ] && filt=flash_fwd_h
+        filt=flash_bwd_h; [ "$V" = fwd ] && filt=flash_fwd_w   # the shipped forward (TMA)
         for raw in 1 0; do   # again without the raw metrics, should a name not exist on this ncu
             m=(); [ $raw = 1 ] && m=(--metrics "$mets")
             timeout 150 ncu --clock-control none -k "regex:$filt" --launch-skip 2 --launch-count 1 $secs "${m[@]}" --csv \

@@ -147,13 +147,16 @@ def variant_backend():
 
 def forward_versions(ops, D):
     """The forward versions to time at head dim D: -> [(version, use hopper)]. "shipped" is what
-    attention_forward runs here (the wgmma kernel on Hopper); "fa2" the FlashAttention-2 kernel."""
+    attention_forward runs here (on Hopper the TMA-fed kernel where FLASH_FWD_TMA has one, else the
+    wgmma kernel); "fa2" the FlashAttention-2 kernel; the wgmma kernels by name (the TMA kernel off
+    while they run: ours())."""
     on_hopper = ops.hopper
     vs = [("shipped", on_hopper)]
     if on_hopper:
         from bytemodel.ops import cuda_ops
+        tma = D in cuda_ops.FLASH_FWD_TMA
         vs += [("fa2", False)] + [(v, True) for v, (d, *_) in cuda_ops.HOPPER_FWD_KERNELS.items()
-                                  if d == D and v != cuda_ops.FLASH_FWD_HOPPER[D]]
+                                  if d == D and (tma or v != cuda_ops.FLASH_FWD_HOPPER[D])]
     return vs + [(v, False) for (v, d) in VARIANTS_FWD if d == D]
 
 
@@ -209,10 +212,11 @@ def ours(B, H, T, D, same=None, fwd_variants=True, bwd_only=None):
     for ver, hop in forward_versions(ops, D) if fwd_variants else [("shipped", on_hopper)]:
         ops.use = {"fwd": ver if ver != "fa2" else "shipped"}
         ops.hopper = hop
+        ops.tma = ver == "shipped"          # a wgmma kernel by name: the TMA forward stands aside
         o2, _ = ops.attention_forward(q, k, v)
         assert close(o2, out), f"forward {ver} d{D} differs from the shipped kernel"
         res[("fwd", ver)] = median_ms_cupy(lambda: ops.attention_forward(q, k, v))
-    ops.hopper = on_hopper
+    ops.hopper, ops.tma = on_hopper, True
     # on Hopper "shipped" is the wgmma backward and "fa2" FlashAttention-2's, timed beside it
     hop_bwd = [v for (v, d) in HOPPER_BWD_VARIANTS if d == D and (bwd_only is None or v in bwd_only)] if on_hopper else []
     fa2_bwd = [v for (v, d) in VARIANTS_BWD if d == D] if bwd_only is None else []
