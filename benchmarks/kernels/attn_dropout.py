@@ -11,7 +11,9 @@ numpy_ops in float64 with the same drop (tests/test_cuda_attn_dropout.py's toler
 forward's kept pattern against numpy_ops.attn_keep (V one-hot on the first D keys: exact zeros
 where dropped). Timing: _bench.median_ms (3 warm-ups, median of 20 samples of 10 calls, CUDA
 events). TFLOP/s counted as flash_attn.py's (forward 4 B H T^2 D / 2, backward 2.5x); the ratio
-is (time without dropout) / (time with it): below 1 is the cost.
+is (time without dropout) / (time with it): below 1 is the cost. On Hopper the forward without
+dropout is now the TMA-fed kernel (cuda_ops.FLASH_FWD_TMA) and with dropout the wgmma _drop twin
+until cuda_ops.TMA_DROP is on: the ratio is then what a run pays, not the same kernel's two forms.
 """
 from __future__ import annotations
 
