@@ -734,3 +734,14 @@ def test_invalid_utf8_names_the_encoding_option(tmp_path):
     with pytest.raises(SourceError, match="text:encoding=cp1252"):
         list(get_reader("text").read(f))
     assert list(get_reader("text:encoding=cp1252").read(f)) == ["café au lait\n".encode()]
+
+
+def test_a_reader_option_that_is_not_a_number_is_worded_for_the_user():
+    """A number option given something else says what it wants (before: Python's own "invalid
+    literal for int() with base 10"); an option's own range check keeps its words."""
+    for spec, words in (("image:tile=abc", "option tile: must be a whole number, got 'abc'"),
+                        ("audio:clip=x", "option clip: must be a number, got 'x'"),
+                        ("zstd:level=99", "zstd level must be 1..22")):
+        with pytest.raises(ConfigError) as e:
+            get_reader(spec)
+        assert words in str(e.value) and "literal" not in str(e.value), str(e.value)

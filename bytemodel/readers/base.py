@@ -86,7 +86,12 @@ class Reader:
             try:
                 self.options[k] = self.OPTIONS[k](v)
             except (TypeError, ValueError) as e:
-                raise ConfigError(f"reader {self.name!r} option {k}: {e}") from None
+                why = str(e)   # a parser's own words, but for Python's own about a number that is not one
+                if why.startswith("invalid literal for int()"):
+                    why = f"must be a whole number, got {v!r}"
+                elif why.startswith("could not convert string to float"):
+                    why = f"must be a number, got {v!r}"
+                raise ConfigError(f"reader {self.name!r} option {k}: {why}") from None
 
     @classmethod
     def from_strings(cls, options: dict[str, str | bool]) -> "Reader":
