@@ -29,6 +29,8 @@
 #                                                # base): eval, score and the compressors alone, timed; GPU tests first
 #     bash benchmarks/device_check.sh tma        # issue 28: the TMA-fed forwards (flash_fwd_w): tests, then against the
 #                                                # shipped wgmma forward and SDPA (SHAPES)
+#     bash benchmarks/device_check.sh tmaship    # issue 28: the shipped TMA forward's final tree: every GPU test on its paths,
+#                                                # its timing, attention dropout with its twins off / on (BYTEMODEL_FWD_TMA_DROP)
 #     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
 #                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
@@ -234,6 +236,23 @@ if [ "$only" = tma ]; then   # issue 28: the TMA-fed forwards (flash_fwd_w): the
     timeout 240 python3 benchmarks/kernels/flash_attn.py --tma --shapes ${SHAPES:-16,12,1024,64 16,12,1024,128 16,12,4096,64 16,12,4096,128 32,12,1024,64} \
         --json "$OUT/tma.json" > "$OUT/tma_bench.log" 2>&1
     echo "rc=$?"; tail -8 "$OUT/tma_bench.log"
+    exit 0
+fi
+if [ "$only" = tmaship ]; then   # issue 28: what the thirty-fifth session shipped without a GPU left to run it on
+    n=""; python3 -c "import xdist" 2>/dev/null && n="-n 12"
+    step "the TMA forward's tests (its dropout twins' too), then the flash, dropout and ordering suites"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider $n tests/test_flash_tma.py tests/test_flash_attention.py \
+        tests/test_gpu_determinism.py tests/test_cuda_attn_dropout.py tests/test_cuda_ops.py -rfE > "$OUT/tmaship_flash.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/tmaship_flash.log" | head -10; tail -1 "$OUT/tmaship_flash.log"
+    step "the paths that call the forward for prefill and windows: decode, compress, score, adapt"
+    timeout 220 python3 -m pytest -q -p no:cacheprovider $n -m gpu tests/test_decode_gpu.py tests/test_compress_gpu.py \
+        tests/test_score.py tests/test_adapt_gpu.py -rfE > "$OUT/tmaship_paths.log" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/tmaship_paths.log" | head -10; tail -1 "$OUT/tmaship_paths.log"
+    step "forward TFLOP/s (the wgmma and TMA kernels, SDPA), then attention dropout with the TMA twins off / on"
+    timeout 90 python3 benchmarks/kernels/flash_attn.py --tma --no-torch --shapes 16,12,1024,64 16,12,1024,128 32,12,1024,64 2>&1 | tail -3
+    for d in 0 1; do
+        BYTEMODEL_FWD_TMA_DROP=$d timeout 60 python3 benchmarks/kernels/attn_dropout.py --presets base --precision bf16 2>&1 | tail -2 | sed "s/^/[TMA_DROP=$d] /"
+    done
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
