@@ -1,7 +1,7 @@
-"""The TMA-fed Hopper forward (gpu/flash_hopper.cu's flash_fwd_w: a producer warp issues every copy
+"""The TMA-fed Hopper forward (gpu/flash_tma.cu's flash_fwd_w: a producer warp issues every copy
 as a bulk tensor copy completing on mbarriers, the math warpgroups never load; issue 28) against
 the float64 reference, with test_flash_attention's tolerances (out 4e-3, lse 2e-4 absolute; bf16 8x),
-and against the shipped wgmma forward: at the same key tile (BN) the arithmetic of a row is the
+and against the wgmma forward it replaced: at the same key tile (BN) the arithmetic of a row is the
 same, so the bits must be too. Grouped-query heads, S > T (queries at the end of a longer key
 range), rows past a query tile and keys past a key tile, strided q/k/v views of one buffer, a
 slice of a longer cache, and a launch in slices of the batch. Skipped without a Hopper GPU."""
