@@ -155,7 +155,7 @@ def decompress(
     """
     from .. import load
     from ..atomic import write_atomic
-    from ..compress.driver import decompress as api_decompress, needs_model, read
+    from ..compress.driver import decompress as api_decompress, read
     with user_errors():
         if out is None:
             if file.suffix != SUFFIX:
@@ -167,7 +167,7 @@ def decompress(
         backend = header["backend"]
         made_at = backend.get("precision", "fp32")
         start = (header.get("adapt") or {}).get("start", "checkpoint")
-        if not needs_model(blob) and checkpoint is None:   # packed: no model coded any of it, none is looked for
+        if header["view"]["kind"] == "packed" and checkpoint is None:   # no model coded any of it: none is looked for
             lm = None
         elif start.startswith("preset:") and checkpoint is None:       # adapted from a fresh model: no checkpoint
             from ..compress.adapt import Fresh

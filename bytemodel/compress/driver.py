@@ -587,17 +587,10 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     return out
 
 
-def needs_model(blob: bytes) -> bool:
-    """Whether decompressing a .bmz runs a model (False for a packed file: no model coded any of it)."""
-    header, _ = read(blob)
-    return header["view"]["kind"] != "packed"
-
-
 def _unpacked(header: dict, payload: bytes) -> bytes:
-    """A packed file's bytes: its payload unpacked (output refused past the original's length) and
-    checked against the original's length and SHA-256; no model, no tokens."""
-    if header["layout"]["tokens"] or any(header["coder"]["group_words"]):
-        raise CompressError("malformed .bmz file: a packed file codes no tokens")
+    """A packed file's bytes: its payload (container.read has held the header to no tokens and no
+    coder words) unpacked, output refused past the original's length, and checked against the
+    original's length and SHA-256; no model."""
     orig = header["original"]
     out = rebuild(header["view"], None, b"", payload, orig["bytes"])
     if len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]:

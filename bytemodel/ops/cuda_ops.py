@@ -168,20 +168,13 @@ def _tma_map(x, strides, rows: int, box_rows: int):
     st = (u64 * 3)(*(int(v) * isz for v in (strides[2], strides[1], strides[0])))   # row, head, batch bytes
     box = (u32 * 4)(64, box_rows, 1, 1)
     one = (u32 * 4)(1, 1, 1, 1)
-    dtype = 9 if x.dtype == _bf16_or_none() else 6               # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
+    dtype = 9 if x.dtype.name == "bfloat16" else 6               # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 / FLOAT16
     # interleave none (0), 128-byte swizzle (3), L2 promotion 128 bytes (2), out of bounds: zeros (0)
     r = _ENCODE[0](ctypes.c_void_p(at), ctypes.c_int(dtype), u32(4), ctypes.c_void_p(int(x.data.ptr)),
                    dims, st, box, one, ctypes.c_int(0), ctypes.c_int(3), ctypes.c_int(2), ctypes.c_int(0))
     if r != 0:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed ({r}) for shape {x.shape}, strides {strides}")
     return np.frombuffer(ctypes.string_at(at, 128), dtype=np.uint64).copy().view(TMA_MAP_DTYPE)
-
-
-def _bf16_or_none():
-    try:
-        return _bf16_dtype()
-    except RuntimeError:   # pragma: no cover
-        return None
 
 
 def _hopper_module(precision: str, extra: str = ""):
