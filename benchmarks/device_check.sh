@@ -253,6 +253,10 @@ if [ "$only" = tmaship ]; then   # issue 28: what the thirty-fifth session shipp
     for d in 0 1; do
         BYTEMODEL_FWD_TMA_DROP=$d timeout 60 python3 benchmarks/kernels/attn_dropout.py --presets base --precision bf16 2>&1 | tail -2 | sed "s/^/[TMA_DROP=$d] /"
     done
+    step "what dropout costs a base training step (issue 27's 3%), the TMA dropout twins off / on"
+    for d in 0 1; do
+        BYTEMODEL_FWD_TMA_DROP=$d timeout 150 python3 benchmarks/kernels/dropout.py --precision bf16 --steps 8 2>&1 | tail -7 | sed "s/^/[TMA_DROP=$d] /"
+    done
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
