@@ -30,7 +30,9 @@
 #     bash benchmarks/device_check.sh tma        # issue 28: the TMA-fed forwards (flash_fwd_w): tests, then against the
 #                                                # shipped wgmma forward and SDPA (SHAPES)
 #     bash benchmarks/device_check.sh tmaship    # issue 28: the shipped TMA forward's final tree: every GPU test on its paths,
-#                                                # its timing, attention dropout with its twins off / on (BYTEMODEL_FWD_TMA_DROP)
+#                                                # its timing
+#     bash benchmarks/device_check.sh tmaship2   # then attention dropout and a base step's dropout cost with the TMA
+#                                                # twins off / on (BYTEMODEL_FWD_TMA_DROP), and score at base
 #     bash benchmarks/device_check.sh stepkernels  # issue 28: every kernel of a small and a base training step, ours
 #                                                # and torch.compile's, from PyTorch's profiler (gpu_train.py --kernels)
 #     bash benchmarks/device_check.sh gen        # issue 24: generation's byte mask on the device's sampler (the decoder's
@@ -248,8 +250,12 @@ if [ "$only" = tmaship ]; then   # issue 28: what the thirty-fifth session shipp
     timeout 220 python3 -m pytest -q -p no:cacheprovider $n -m gpu tests/test_decode_gpu.py tests/test_compress_gpu.py \
         tests/test_score.py tests/test_adapt_gpu.py -rfE > "$OUT/tmaship_paths.log" 2>&1
     echo "rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/tmaship_paths.log" | head -10; tail -1 "$OUT/tmaship_paths.log"
-    step "forward TFLOP/s (the wgmma and TMA kernels, SDPA), then attention dropout with the TMA twins off / on"
+    step "forward TFLOP/s (the wgmma and TMA kernels, SDPA)"
     timeout 90 python3 benchmarks/kernels/flash_attn.py --tma --no-torch --shapes 16,12,1024,64 16,12,1024,128 32,12,1024,64 2>&1 | tail -3
+    exit 0
+fi
+if [ "$only" = tmaship2 ]; then   # the second half of tmaship: dropout's costs with the TMA twins off / on, scoring
+    step "attention dropout with the TMA twins off / on"
     for d in 0 1; do
         BYTEMODEL_FWD_TMA_DROP=$d timeout 60 python3 benchmarks/kernels/attn_dropout.py --presets base --precision bf16 2>&1 | tail -2 | sed "s/^/[TMA_DROP=$d] /"
     done
@@ -257,6 +263,8 @@ if [ "$only" = tmaship ]; then   # issue 28: what the thirty-fifth session shipp
     for d in 0 1; do
         BYTEMODEL_FWD_TMA_DROP=$d timeout 150 python3 benchmarks/kernels/dropout.py --precision bf16 --steps 8 2>&1 | tail -7 | sed "s/^/[TMA_DROP=$d] /"
     done
+    step "score at base with the TMA forward (issue 24)"
+    timeout 120 python3 benchmarks/score.py --device cuda --preset base --mb 8 --reference-mb 0.02 --rounds 3 2>&1 | tail -6
     exit 0
 fi
 if [ "$only" = stepkernels ]; then   # issue 28: every kernel of a training step, ours and torch.compile's
