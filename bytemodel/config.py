@@ -188,6 +188,8 @@ class TrainConfig:
         object.__setattr__(self, name, value)
 
     def validate(self) -> None:
+        from .validation import check_train_numbers, check_train_types
+        check_train_types(self)     # first: the checks below compare numbers
         if self.steps <= 0:
             raise ConfigError(f"steps must be positive, got {self.steps}")
         for f in ("batch_size", "eval_every", "eval_tokens", "patience"):   # 0: auto, or off
@@ -220,5 +222,4 @@ class TrainConfig:
             raise ConfigError(f"unknown schedule {self.schedule!r}; choose cosine or plateau")
         if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
-        from .validation import check_train_numbers
         check_train_numbers(self)   # seed, the workers bound, NaN and inf

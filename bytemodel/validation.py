@@ -35,6 +35,26 @@ def check_train_numbers(tc) -> None:
         raise ConfigError(f"min-lr-ratio must be in [0, 1], got {tc.min_lr_ratio}")
 
 
+def check_train_types(tc) -> None:
+    """Each setting of the field's own type (an int may stand for a float; NumPy scalars count), so
+    a setting of the wrong type is one line, not a TypeError deep in the run (steps="5",
+    lr="1e-3") nor taken as something else (steps=2.5 trained 2 steps, baseline="no" measured)."""
+    for f in dataclasses.fields(tc):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        v = getattr(tc, f.name)
+        if isinstance(default, bool):
+            ok, want = isinstance(v, (bool, np.bool_)), "true or false"
+        elif isinstance(default, int):
+            ok, want = isinstance(v, (int, np.integer)) and not isinstance(v, bool), "a whole number"
+        elif isinstance(default, float):
+            ok, want = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool), "a number"
+        else:
+            ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
+        if not ok:
+            auto = " (-1: auto)" if f.name in ("dropout", "dropout_attn") else ""
+            raise ConfigError(f"{f.name.replace('_', '-')} must be {want}{auto}, got {v!r}")
+
+
 def _typed(name: str, default, value, where: str):
     """`value` if it has the type of the field's default (an int may stand for a float)."""
     ok = (isinstance(value, bool) if isinstance(default, bool)

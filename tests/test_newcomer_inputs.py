@@ -1,0 +1,34 @@
+"""What a demanding new user meets with plausible but wrong inputs (the newcomer sweep of
+2026-12-08): settings of the wrong type in the Python API, bytes given as the wrong kind of
+value, summaries that must not mix with data written to stdout, '-' for stdin / stdout, and
+error lines that name options the command has."""
+from __future__ import annotations
+
+import pytest
+
+import bytemodel
+from bytemodel.errors import ConfigError
+from conftest import MODEL_SETTINGS, cli, dna, refused
+
+
+@pytest.mark.parametrize("name,value,words", [
+    ("steps", "5", "steps must be a whole number"),
+    ("steps", 2.5, "steps must be a whole number"),        # before: trained 2 steps
+    ("lr", "1e-3", "lr must be a number"),
+    ("dropout", "auto", "dropout must be a number (-1: auto)"),
+    ("eval_every", "10", "eval-every must be a whole number"),
+    ("batch_size", 4.0, "batch-size must be a whole number"),
+    ("baseline", "no", "baseline must be true or false"),  # before: "no" is true, the baselines ran
+    ("model", "tiny", "model must be a dict"),
+])
+def test_a_training_setting_of_the_wrong_type_is_one_config_error(tmp_path, name, value, words):
+    """bytemodel.train with a setting of the wrong type: one ConfigError naming it, before any
+    work and before any folder is made (before: TypeError "'<=' not supported between instances
+    of 'str' and 'int'", or the value silently taken as something else)."""
+    src = dna(tmp_path / "toy.txt")
+    settings = {**MODEL_SETTINGS, "model": dict(MODEL_SETTINGS["model"]), "plot": False, "baseline": False,
+                "steps": 2, name: value}
+    with pytest.raises(ConfigError) as e:
+        bytemodel.train(src, tmp_path / "run", **settings)
+    assert str(e.value) == f"{words}, got {value!r}"
+    assert not (tmp_path / "run").exists()
