@@ -79,8 +79,7 @@ class LanguageModel:
         Only the byte values the run's data holds are drawn (a DNA model writes its genome's
         letters); any_byte=True lifts that (runs that predate the record draw any byte)."""
         from .decode.generate import generate
-        if isinstance(prompt, str):
-            prompt = prompt.encode("utf-8")
+        prompt = _bytes_of(prompt, "the prompt")    # prompt=5 was five zero bytes
         allowed = None if any_byte else self.data.allowed_ids(self.tokenizer)
         return generate(self.model, self.tokenizer, n_bytes, prompt, temperature, top_k, top_p, seed,
                         stop_at_doc_end, on_bytes, speculative, stats, samples=samples, allowed=allowed)
@@ -122,12 +121,13 @@ class LanguageModel:
         cap = int(conf.get("eval_tokens") or 0) or len(tail) + T     # the validations' cap (0: all)
         return score_windows(self.model, self.tokenizer, overlapped_windows(tail, T, cap))
 
-    def write(self, data: bytes, path, fmt: str = "") -> Path:
-        """Write bytes (a prompt and what was generated) as a file: as `fmt` (a reader spec or an
+    def write(self, data: bytes | str, path, fmt: str = "") -> Path:
+        """Write bytes (a prompt and what was generated; a str: its UTF-8 bytes) as a file: as `fmt` (a reader spec or an
         extension), else by the path's extension, with the run's reader options where the run
         used that reader; a name no reader claims (x.out) gets the run's reader (raw if not
         known), one the raw reader claims (x.bin) the bytes as they are."""
         from .readers import get_reader, reader_for_extension, write_output
+        data = _bytes_of(data, "write")
         run_reader = self.data.reader or ""
         if not fmt and run_reader:
             claimed = reader_for_extension(Path(path).name)   # x.bin stays raw, x.png an image
@@ -145,6 +145,9 @@ class LanguageModel:
         """The same summed over documents (an iterable of bytes or str, each scored from its start,
         all in shared batches), plus 'documents': how many were not empty."""
         from .decode.score import score_documents
+        if isinstance(docs, (str, bytes, bytearray, memoryview)):   # not one document per character or byte
+            raise ConfigError(f"score_documents takes an iterable of documents, not one {type(docs).__name__} "
+                              f"(score() scores one)")
         return score_documents(self.model, self.tokenizer, (_bytes_of(d, "score_documents") for d in docs))
 
     def compress(self, data: bytes | str, **options) -> bytes:

@@ -32,3 +32,32 @@ def test_a_training_setting_of_the_wrong_type_is_one_config_error(tmp_path, name
         bytemodel.train(src, tmp_path / "run", **settings)
     assert str(e.value) == f"{words}, got {value!r}"
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nc")
+    bytemodel.train(dna(d / "toy.txt"), d / "run", steps=2, plot=False, baseline=False, **MODEL_SETTINGS)
+    return bytemodel.load(d / "run")
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda lm: lm.generate(3.5), "bytes must be a whole number, got 3.5"),   # before: TypeError (slice indices)
+    (lambda lm: lm.generate(5, prompt=5), "the prompt takes bytes"),          # before: five zero bytes
+    (lambda lm: lm.generate(5, prompt=None), "the prompt takes bytes"),       # before: TypeError
+    (lambda lm: lm.score_documents("ACGT"), "an iterable of documents, not one str"),  # before: 4 documents
+    (lambda lm: lm.score_documents(b"ACGT"), "an iterable of documents, not one bytes"),
+    (lambda lm: lm.write(["ACGT"], "x.txt"), "write takes bytes"),
+])
+def test_the_api_refuses_values_of_the_wrong_kind(lm, tmp_path, monkeypatch, call, words):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        call(lm)
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_write_takes_a_str_as_its_utf8_bytes(lm, tmp_path):
+    """As score, compress and generate's prompt take one (before: TypeError "string argument
+    without an encoding")."""
+    lm.write("ACGT naïve", tmp_path / "x.bin")
+    assert (tmp_path / "x.bin").read_bytes() == "ACGT naïve".encode()

@@ -270,6 +270,8 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     GPU, gpu/decode.cu), "host" (the cached forward, sampling on the host), "device".
     allowed: bool (V,) over the vocabulary, the ids that may be drawn (None: all).
     """
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, np.integer)):   # 3.5: a TypeError in a slice
+        raise ConfigError(f"bytes must be a whole number, got {n_bytes!r}")
     if n_bytes < 0:
         raise ConfigError(f"bytes must be >= 0, got {n_bytes}")
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
