@@ -8,7 +8,7 @@ import pytest
 
 import bytemodel
 from bytemodel.errors import ConfigError
-from conftest import MODEL_SETTINGS, cli, dna, refused
+from conftest import MODEL_SETTINGS, cli, dna, refused, subprocess_env
 
 
 @pytest.mark.parametrize("name,value,words", [
@@ -61,3 +61,30 @@ def test_write_takes_a_str_as_its_utf8_bytes(lm, tmp_path):
     without an encoding")."""
     lm.write("ACGT naïve", tmp_path / "x.bin")
     assert (tmp_path / "x.bin").read_bytes() == "ACGT naïve".encode()
+
+
+def test_tokenizer_summaries_leave_stdout_to_the_data(tmp_path):
+    """`tokenizer train/encode/decode -o /dev/stdout` (an output written through, fileguard.py):
+    stdout holds the data alone, the summary goes to stderr (before: the summary line was appended
+    to the ids or bytes, and decode reported '-> 0 bytes', the size of the pipe)."""
+    import json
+    import subprocess
+    import sys
+    src = tmp_path / "src.txt"
+    src.write_bytes(b"hello hello world, the other world " * 40)
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "bytemodel.cli", "tokenizer", *map(str, args)], cwd=tmp_path,
+                           env=subprocess_env(), capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout, r.stderr.decode()
+
+    tok_json, _ = run("train", src, "--merges", "5", "-o", "/dev/stdout")
+    assert json.loads(tok_json)["format"] == "bytemodel-tokenizer"
+    (tmp_path / "tok.json").write_bytes(tok_json)
+    run("encode", src, "-t", "tok.json", "-o", "ids.u16")
+    ids, _ = run("encode", src, "-t", "tok.json", "-o", "/dev/stdout")
+    assert ids == (tmp_path / "ids.u16").read_bytes()
+    data, summary = run("decode", "ids.u16", "-t", "tok.json", "-o", "/dev/stdout")
+    assert data == src.read_bytes()
+    assert f"-> {len(data):,} bytes" in summary

@@ -1,7 +1,9 @@
 """CLI commands for byte-pair tokenizers: `bytemodel tokenizer train|stats|encode|decode`.
 
 ``register(app)`` adds the `tokenizer` sub-command group to the main typer app (bytemodel/cli/__init__.py
-calls it). User errors (BytemodelError) print as one line on stderr with exit status 2.
+calls it). User errors (BytemodelError) print as one line on stderr with exit status 2. train, encode
+and decode print their summary line on stderr, so an output of -o /dev/stdout holds only the data;
+stats prints its report on stdout.
 
 Files: tok.json (see bytemodel.tokenizer); ids files are raw uint16 little-endian, one id per 2 bytes.
 """
@@ -58,7 +60,7 @@ def train_cmd(
                               max_sample_bytes=int(max_sample_mb * (1 << 20)), seed=seed)
         tok.save(out)
         typer.echo(f"{out}: {tok.n_merges} merges, vocabulary {tok.vocab_size} "
-                   f"({time.perf_counter() - t0:.1f} s)")
+                   f"({time.perf_counter() - t0:.1f} s)", err=True)   # stdout may be the output (-o /dev/stdout)
 
 
 @tokenizer_app.command("stats")
@@ -123,7 +125,7 @@ def encode_cmd(
         n_in, n_out = counts[0]
         dt = time.perf_counter() - t0
         typer.echo(f"{out}: {n_in:,} bytes -> {n_out:,} ids ({n_in / max(n_out, 1):.3f} bytes/token, "
-                   f"{n_in / max(dt, 1e-9) / 1e6:.1f} MB/s)")
+                   f"{n_in / max(dt, 1e-9) / 1e6:.1f} MB/s)", err=True)
 
 
 @tokenizer_app.command("decode")
@@ -144,20 +146,22 @@ def decode_cmd(
         size = regular_file(file, "ids file", TokenizerError).stat().st_size
         if size % 2:
             raise TokenizerError(f"{file} has an odd number of bytes ({size}); not a uint16 ids file")
-        n = 0
+        n = n_bytes = 0
 
         def write(fout):
-            nonlocal n
+            nonlocal n, n_bytes
             with open(file, "rb") as fin:
                 while True:
                     chunk = fin.read(1 << 22)
                     if not chunk:
                         break
                     ids = np.frombuffer(chunk, dtype="<u2")
-                    fout.write(tok.decode(ids))
+                    data = tok.decode(ids)
+                    fout.write(data)
                     n += len(ids)
+                    n_bytes += len(data)   # counted: a device or pipe (/dev/stdout) has no size to stat
         write_atomic(out, write, error=TokenizerError)
-        typer.echo(f"{out}: {n:,} ids -> {out.stat().st_size:,} bytes")
+        typer.echo(f"{out}: {n:,} ids -> {n_bytes:,} bytes", err=True)
 
 
 def register(app: typer.Typer) -> None:
