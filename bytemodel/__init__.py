@@ -193,5 +193,5 @@ def latest_run(root: str | Path = "runs") -> Path:
     root = Path(root)
     found = sorted(root.glob(f"*/{CKPT_NAME}"), key=lambda p: p.stat().st_mtime) if root.is_dir() else []
     if not found:
-        raise CheckpointError(f"no trained run found under {root}/ (train one first, or pass --checkpoint)")
+        raise CheckpointError(f"no trained run found under {root}/ (train one first, or give the run directory or checkpoint file)")
     return found[-1].parent

@@ -88,3 +88,17 @@ def test_tokenizer_summaries_leave_stdout_to_the_data(tmp_path):
     data, summary = run("decode", "ids.u16", "-t", "tok.json", "-o", "/dev/stdout")
     assert data == src.read_bytes()
     assert f"-> {len(data):,} bytes" in summary
+
+
+def test_info_and_chat_take_the_checkpoint_as_the_other_commands_do(trained, tmp_path):
+    """generate, score, eval and compress take -c RUN; info and chat answered 'No such option: -c'
+    and, with no run under ./runs, told the user to 'pass --checkpoint', an option they lacked."""
+    code, out = cli(["info", "-c", trained])
+    assert code == 0 and f"{trained}" in out and "model: d_model" in out, out
+    assert refused(*cli(["info", trained, "-c", tmp_path]), "two checkpoints given")
+    code, out = cli(["chat", "--checkpoint", trained], input="hi\n")
+    assert refused(code, out, "no chat tokens"), out      # the run was found and loaded: not a chat model
+    for command in (["info"], ["chat"]):
+        code, out = cli(command, cwd=tmp_path)
+        assert refused(code, out, "no trained run found", "give the run directory or checkpoint file"), out
+        assert "--checkpoint" not in out

@@ -456,15 +456,18 @@ def gradcheck(
 
 @app.command()
 def info(checkpoint: Optional[Path] = typer.Argument(None, help="Checkpoint or run directory (default: latest)."),
+         checkpoint_opt: Optional[Path] = typer.Option(None, "--checkpoint", "-c", show_default=False,
+                                                       help="The same as CHECKPOINT (as generate and score take it)."),
          last: bool = typer.Option(False, "--last", help="Describe the run's latest weights, not its best.")):
     """Describe a checkpoint: model, tokenizer, training state (a run's best weights by default).
 
-    Example: bytemodel info runs/genome-1
+    Example: bytemodel info runs/genome-1   (or: bytemodel info -c runs/genome-1)
     """
     from .. import checkpoint as ck, latest_run
     from ..model import n_params
     with user_errors():
         need_stdout()
+        checkpoint = either(checkpoint, checkpoint_opt, "checkpoints", "--checkpoint")
         ld = ck.load(ck.model_path(checkpoint or latest_run(), last=last))
         c, t = ld.cfg, ld.train
         typer.echo(f"{ld.path}\nmodel: d_model {c.d_model}, layers {c.n_layers}, heads {c.n_heads}/{c.n_kv_heads}, "

@@ -13,7 +13,7 @@ import typer
 from ..config import TrainConfig as D
 from ..errors import ConfigError
 from ..lineage import DEFAULTS
-from .errors import user_errors
+from .errors import either, user_errors
 
 
 def finetune(
@@ -93,6 +93,8 @@ def finetune(
 
 def chat(
     run: Optional[Path] = typer.Argument(None, help="Run directory or checkpoint (default: latest run)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", show_default=False,
+                                              help="The same as RUN (as generate and score take it)."),
     system: str = typer.Option("", "--system", help="A system message to start every conversation with."),
     temperature: float = typer.Option(0.8, "--temperature", "-t", help="0 = greedy."),
     top_k: int = typer.Option(0, "--top-k", help="Keep the k likeliest ids (0: off)."),
@@ -111,7 +113,7 @@ def chat(
     from .. import load
     from ..chat import Chat, repl
     with user_errors():
-        lm = load(run, device=device)
+        lm = load(either(run, checkpoint, "runs", "--checkpoint"), device=device)
         # the system message's bytes as given ($'\xff\xfe' arrives surrogate-escaped)
         c = Chat(lm.model, lm.tokenizer, os.fsencode(system) or None, temperature, top_k, top_p, seed, max_bytes)
         code = repl(c, banner=f"chat with {lm.path} (context {lm.cfg.context} tokens); Ctrl-D to end")
