@@ -10,7 +10,8 @@ description, reader outputs, encoded/decoded id files.
 
 What the target is matters (fileguard.py): a symlink is followed, so the link survives and the
 file it names is replaced; a device or FIFO (/dev/null, /dev/stdout, a named pipe) is written into
-directly, never replaced by a regular file; a directory, block device or socket is refused. The
+directly, never replaced by a regular file; '-' is standard output; a directory, block device or
+socket is refused. The
 temporary file has a short name of its own (a 255-byte target name still works) that names the
 process writing it, and each write first removes the temporary files of processes that were killed
 mid-write in that folder (SIGKILL and power cuts leave them; nothing else can).
@@ -21,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .fileguard import make_temp, output_target, sweep_stale_temps, write_direct
+from .fileguard import is_stdio, make_temp, output_target, sweep_stale_temps, write_direct, write_stdout
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *,
@@ -31,6 +32,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[Any], None], *
     error: an exception class (a BytemodelError) to raise with a one-line message when the OS
     refuses (disk full, read-only, no such folder); None re-raises the OSError.
     """
+    if is_stdio(path):      # '-': standard output, written as it is (nothing there to replace)
+        return write_stdout(data)
     try:
         path, direct = output_target(path)
         if direct:

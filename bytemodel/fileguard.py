@@ -12,6 +12,10 @@ a dangling link's missing folders are never made (they are not the user's to mak
 FIFO is written to directly, as a shell's ``>`` would, never renamed over; a directory, a block
 device or a socket is refused.
 
+Standard input and output. ``-`` as an output is standard output (``write_stdout``), as Unix tools
+take it (before, a file named ``-`` was made); as an input it is refused in one line (a source is
+read more than once), unless a file of that name exists.
+
 Temporary files. Atomic writes put their bytes in ``.bytemodel-<pid>-<random>.tmp`` beside the
 target: a short name, so a target name of up to 255 bytes still works, and one that says which
 process owns it. A process killed mid-write (SIGKILL, power cut) cannot remove its temporary file;
@@ -24,12 +28,14 @@ import errno
 import os
 import re
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import BytemodelError, SourceError
 
+STDIO = "-"     # an output named so is standard output; an input named so is refused (no such file)
 TEMP_PREFIX = ".bytemodel-"
 _TEMP = re.compile(r"^\.bytemodel-(\d+)-[A-Za-z0-9_]+\.tmp$")
 
@@ -43,6 +49,19 @@ def kind_of(mode: int) -> str:
     return "special file"
 
 
+def is_stdio(path: str | os.PathLike) -> bool:
+    """Whether a path names standard input or output ('-')."""
+    return os.fspath(path) == STDIO
+
+
+def not_found(path: str | os.PathLike, what: str = "source") -> str:
+    """The message for an input that does not exist ('-' named as standard input, which is not read)."""
+    if is_stdio(path):
+        return (f"{what} '-': standard input is not read (a source is read more than once); "
+                f"save the data to a file and give that instead")
+    return f"{what} not found: {path}"
+
+
 def regular_file(path: str | os.PathLike, what: str = "source",
                  error: type[BytemodelError] = SourceError) -> Path:
     """``path`` if it is a regular file (symlinks followed); else a one-line ``error``."""
@@ -50,7 +69,7 @@ def regular_file(path: str | os.PathLike, what: str = "source",
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise error(f"{what} not found: {p}") from None
+        raise error(not_found(p, what)) from None
     except OSError as e:
         raise error(f"cannot read {what} {p}: {e.strerror or e}") from None
     if not stat.S_ISREG(st.st_mode):
@@ -93,6 +112,21 @@ def write_direct(path: Path, data: bytes | Callable[[Any], None]) -> Path:
         else:
             f.write(data)
     return path
+
+
+def write_stdout(data: bytes | Callable[[Any], None]) -> Path:
+    """Write to standard output (an output named '-') through a duplicate of its descriptor: the
+    bytes land where the shell sent stdout (a pipe, a terminal, a file opened by > or >>), and a
+    writer that closes its file (a compressor wrapping it) leaves stdout open."""
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, "stdout is closed", STDIO)
+    sys.stdout.flush()
+    with os.fdopen(os.dup(sys.stdout.fileno()), "wb") as f:
+        if callable(data):
+            data(f)
+        else:
+            f.write(data)
+    return Path(STDIO)
 
 
 def make_temp(folder: Path) -> tuple[int, str]:

@@ -4,6 +4,8 @@ value, summaries that must not mix with data written to stdout, '-' for stdin / 
 error lines that name options the command has."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import bytemodel
@@ -102,3 +104,57 @@ def test_info_and_chat_take_the_checkpoint_as_the_other_commands_do(trained, tmp
         code, out = cli(command, cwd=tmp_path)
         assert refused(code, out, "no trained run found", "give the run directory or checkpoint file"), out
         assert "--checkpoint" not in out
+
+
+def _bytemodel(args, cwd, stdout=None):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "bytemodel.cli", *map(str, args)], cwd=cwd, env=subprocess_env(),
+                          stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+
+
+def test_dash_as_an_output_is_standard_output(trained, tmp_path):
+    """`-o -` writes to stdout as Unix tools do (before: a file named '-' was made in the current
+    folder), the summary staying on stderr; appending (>>) keeps what the file held."""
+    src = tmp_path / "toy.txt"
+    src.write_bytes((trained.parent / "toy.txt").read_bytes()[:2000])
+    r = _bytemodel(["compress", src, "-c", trained, "-o", "-"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _bytemodel(["compress", src, "-c", trained, "-o", "x.bmz"], tmp_path).returncode == 0
+    assert r.stdout == (tmp_path / "x.bmz").read_bytes() and b"-> -" in r.stderr
+    r = _bytemodel(["decompress", "x.bmz", "-c", trained, "-o", "-"], tmp_path)
+    assert r.returncode == 0 and r.stdout == src.read_bytes(), r.stderr
+    r = _bytemodel(["generate", "-c", trained, "-n", "40", "--seed", "2", "-o", "-"], tmp_path)
+    assert r.returncode == 0 and len(r.stdout) >= 40, r.stderr
+    assert _bytemodel(["generate", "-c", trained, "-n", "40", "--seed", "2", "-o", "g.txt"], tmp_path).returncode == 0
+    assert r.stdout == (tmp_path / "g.txt").read_bytes()
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"kept\n")
+    with open(log, "ab") as f:
+        assert _bytemodel(["decompress", "x.bmz", "-c", trained, "-o", "-"], tmp_path, stdout=f).returncode == 0
+    assert log.read_bytes() == b"kept\n" + src.read_bytes()
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("args", [["score", "-"], ["eval", "-"], ["compress", "-"], ["train", "-"],
+                                  ["generate", "--prompt", "@-"], ["tokenizer", "encode", "-", "-t", "tok.json", "-o", "x"]])
+def test_dash_as_an_input_is_one_line_saying_stdin_is_not_read(trained, tmp_path, args):
+    """(before: 'source not found: -', 'not a file: -')"""
+    from bytemodel.tokenizer import Tokenizer
+    Tokenizer().save(tmp_path / "tok.json")
+    if args[0] not in ("train", "tokenizer"):
+        args = args + ["-c", trained]
+    code, out = cli(args, cwd=tmp_path)
+    assert refused(code, out, "'-': standard input is not read"), out
+
+
+def test_samples_to_dash_and_compress_to_a_device(trained, tmp_path):
+    """--samples N with -o - made files named -.0, -.1; compress -o /dev/null asked for --force
+    though a device replaces nothing."""
+    assert refused(*cli(["generate", "-c", trained, "-n", "5", "-N", "2", "-o", "-"], cwd=tmp_path),
+                   "--samples writes a file per sample")
+    assert not list(tmp_path.iterdir())
+    src = tmp_path / "toy.txt"
+    src.write_bytes(b"ACGT" * 100)
+    code, out = cli(["compress", src, "-c", trained, "-o", os.devnull])
+    assert code == 0, out

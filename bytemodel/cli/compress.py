@@ -57,16 +57,21 @@ def _file_reader(lm, file: Path):
 
 
 def _check_out(out: Path, force: bool) -> None:
-    if out.exists() and not force:
-        raise ConfigError(f"{out} exists (use --force to overwrite it)")
+    """Refuse to replace a file without --force; standard output ('-'), a device (/dev/null) and a
+    FIFO are written through (fileguard.py) and replace nothing, so they need no --force."""
+    from ..fileguard import is_stdio
+    if is_stdio(out):
+        return
     if out.is_dir():
         raise ConfigError(f"{out} is a directory")
+    if out.exists() and not force and out.is_file():
+        raise ConfigError(f"{out} exists (use --force to overwrite it)")
 
 
 def compress(
     file: Path = typer.Argument(..., help="The file to compress (decompression gives its exact bytes back)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-c", help="A run directory (its best weights) or a checkpoint file (default: the latest run under ./runs)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE.bmz; - for stdout)."),
     streams: Optional[int] = typer.Option(None, "--streams",
                                           help="Streams coded side by side (default: from the size and device)."),
     window: Optional[int] = typer.Option(None, "--window", help="Context window in tokens (default: 32 on the "
@@ -140,7 +145,7 @@ def decompress(
                                               help="The run directory or checkpoint file that compressed it "
                                                    "(default: the run under ./runs whose weights the file "
                                                    "names, found by their SHA-256)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE without .bmz)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE without .bmz; - for stdout)."),
     device: str = typer.Option("", help="cpu or cuda (default: the device the file was compressed on)."),
     workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),

@@ -35,7 +35,7 @@ def train_cmd(
                                                help="The same as --source (either, not two)."),
     source: Optional[str] = typer.Option(None, "--source", "-s", help="File or directory of any bytes to learn from."),
     merges: int = typer.Option(..., "--merges", "-m", help="Number of merges M (vocabulary 256 + M + specials)."),
-    out: Path = typer.Option(Path("tok.json"), "--out", "-o", help="Tokenizer file to write."),
+    out: Path = typer.Option(Path("tok.json"), "--out", "-o", help="Tokenizer file to write (- for stdout)."),
     pre_split: Optional[str] = typer.Option(None, "--pre-split", help="'text': split words/spaces/digits first."),
     max_sample_mb: float = typer.Option(16.0, "--max-sample-mb", help="Learn from a sample of at most this many MiB."),
     seed: int = typer.Option(0, help="Seed of the sample choice (only used when the source exceeds the sample)."),
@@ -107,7 +107,7 @@ def stats_cmd(
 def encode_cmd(
     file: Path = typer.Argument(..., help="File whose raw bytes to encode."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="tok.json"),
-    out: Path = typer.Option(..., "--out", "-o", help="Output ids file (uint16 little-endian)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output ids file (uint16 little-endian; - for stdout)."),
 ) -> None:
     """Encode the raw bytes of FILE into token ids (uint16 little-endian), in bounded memory.
 
@@ -117,8 +117,8 @@ def encode_cmd(
     from ..tokenizer import Tokenizer
     with user_errors():
         tok = Tokenizer.load(tokenizer)
-        if not file.is_file():
-            raise TokenizerError(f"not a file: {file}")
+        from ..fileguard import regular_file
+        regular_file(file, "input", TokenizerError)   # '-' and a missing file said only "not a file"
         t0 = time.perf_counter()
         counts = []
         write_atomic(out, lambda f: counts.append(tok.encode_file(file, f)), error=TokenizerError)
@@ -132,7 +132,7 @@ def encode_cmd(
 def decode_cmd(
     file: Path = typer.Argument(..., help="Ids file (uint16 little-endian)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="tok.json"),
-    out: Path = typer.Option(..., "--out", "-o", help="Output file of bytes."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file of bytes (- for stdout)."),
 ) -> None:
     """Decode token ids (uint16 little-endian) back into bytes; special ids give no bytes.
 

@@ -32,10 +32,10 @@ _REPORTED: set[str] = set()    # skipped entries already named on stderr
 
 def source_files(path: str | os.PathLike) -> list[Path]:
     """The files a source names: the file itself, or every non-hidden file under a directory."""
-    from ..fileguard import regular_file
+    from ..fileguard import not_found, regular_file
     p = Path(path)
     if not p.exists():
-        raise SourceError(f"source not found: {p}")
+        raise SourceError(not_found(p))
     if not p.is_dir():
         return [regular_file(p)]   # a pipe, FIFO or device cannot be read twice, or ends never
     from ..fileguard import kind_of
