@@ -158,3 +158,19 @@ def test_samples_to_dash_and_compress_to_a_device(trained, tmp_path):
     src.write_bytes(b"ACGT" * 100)
     code, out = cli(["compress", src, "-c", trained, "-o", os.devnull])
     assert code == 0, out
+
+
+def test_finetune_resume_names_the_settings_it_keeps(trained, tmp_path):
+    """`finetune --resume --lr 0.9` kept the run's own rate without a word (train --resume says
+    'note: --lr 0.9 ignored on --resume'); the API's finetune(resume=True, lr=...) as well."""
+    src = trained.parent / "toy.txt"
+    code, out = cli(["finetune", "--from", trained, "--source", src, "--steps", "2", "--out", tmp_path / "ft",
+                     "-b", "4", "--eval-every", "2", "--eval-tokens", "256", "-q"])
+    assert code == 0, out
+    code, out = cli(["finetune", "--resume", "--out", tmp_path / "ft", "--steps", "3", "--lr", "0.9", "-q"])
+    assert code == 0, out
+    assert "note: --lr 0.9 ignored on --resume: the run keeps its own 0.0005" in out, out
+    assert "--batch-size" not in out      # not given: no note
+    logged = []
+    bytemodel.finetune(None, None, tmp_path / "ft", resume=True, steps=4, warmup=7, log=logged.append)
+    assert any(line.startswith("note: --warmup 7 ignored on --resume") for line in logged), logged

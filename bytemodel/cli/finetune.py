@@ -17,6 +17,7 @@ from .errors import either, user_errors
 
 
 def finetune(
+    ctx: typer.Context,
     parent: Optional[Path] = typer.Option(None, "--from", help="The run (or checkpoint) whose weights to start from."),
     source: Optional[str] = typer.Option(None, "--source", "-s", help="Plain data to continue training on."),
     pairs: Optional[Path] = typer.Option(None, "--pairs", help="JSONL of {\"prompt\", \"completion\"}: loss on completions."),
@@ -78,8 +79,9 @@ def finetune(
                 if resume:
                     raise ConfigError(f"--{name.replace('_', '-')} is set up with the fine-tune; --resume keeps it")
                 settings[name] = value
-        if resume:
-            settings = {k: settings[k] for k in ("device", "precision", "steps") if k in settings}
+        if resume:   # the settings given on the command line: those the run keeps its own of get a note
+            settings = {k: v for k, v in settings.items() if k in ("device", "precision", "steps")
+                        or ctx.get_parameter_source(k).name == "COMMANDLINE"}
         res = api_finetune(parent, data, out, examples=kind if kind != "source" else "",
                            val_source=val or "", resume=resume, progress=not quiet, log=typer.echo, **settings)
         typer.echo(f"step {res.step}: validation {res.val_bpb:.4f} bits/byte; checkpoint {res.checkpoint}")

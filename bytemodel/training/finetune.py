@@ -25,7 +25,9 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     bad |= {"parent", "examples", "val_source", "source", "out_dir", "preset", "model", "context"} & set(settings)
     if bad:
         raise ConfigError(f"setting(s) not for a fine-tune: {', '.join(sorted(bad))}")
+    given = None
     if resume:   # 0 / "": the run's own step count, device and precision
+        given = dict(settings)   # those the run keeps its own of are named in a note (as train's --resume)
         settings = {"steps": 0, "device": "", "precision": "", **settings}
         tc = TrainConfig(out_dir=str(out_dir) if out_dir else "", **settings)
     else:
@@ -34,7 +36,8 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
         settings = {**DEFAULTS, **settings}
         tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "",
                          parent=str(parent), examples=examples, val_source=str(val_source or ""), **settings)
-    return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at)
+    return _train(tc, resume=resume, progress=progress, log=log or (lambda *a: None), stop_at=stop_at,
+                  given=given)
 
 
 def parent_val_bpb(run_dir, device: str | None = None) -> float:
