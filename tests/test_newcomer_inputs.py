@@ -174,3 +174,24 @@ def test_finetune_resume_names_the_settings_it_keeps(trained, tmp_path):
     logged = []
     bytemodel.finetune(None, None, tmp_path / "ft", resume=True, steps=4, warmup=7, log=logged.append)
     assert any(line.startswith("note: --warmup 7 ignored on --resume") for line in logged), logged
+
+
+def test_every_option_whose_default_stands_for_something_says_what():
+    """`finetune --help` showed '--batch-size  Windows per step. [default: 0]', '--eval-every' and
+    '--eval-tokens' likewise: 0 windows a step, read literally. Every option of every command whose
+    default is 0 or -1 (a seed aside: 0 is a seed like any other) says what that value means, as
+    train's do ('0: the preset's; ...')."""
+    import typer.main
+    from bytemodel.cli import app
+
+    def options(command, name):
+        for sub, c in getattr(command, "commands", {}).items():
+            yield from options(c, f"{name} {sub}")
+        for p in getattr(command, "params", []):
+            if getattr(p, "param_type_name", "") == "option" and not p.is_flag:
+                yield name, p
+
+    silent = [(name, p.opts[0]) for name, p in options(typer.main.get_command(app), "bytemodel")
+              if p.default in (0, -1) and not isinstance(p.default, bool) and p.name != "seed"
+              and f"{int(p.default)}:" not in (p.help or "")]
+    assert silent == []

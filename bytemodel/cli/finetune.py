@@ -25,7 +25,7 @@ def finetune(
     val: Optional[Path] = typer.Option(None, "--val", help="Held-out examples (JSONL like the training file; "
                                                          "default: hold out --val-fraction of them)."),
     steps: Optional[int] = typer.Option(None, help=f"Optimizer steps (default {DEFAULTS['steps']}; on --resume, the run's own)."),
-    batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step."),
+    batch_size: int = typer.Option(D.batch_size, "--batch-size", "-b", help="Windows per step (0: the preset of the parent's width's; tiny 16, small/base 32)."),
     lr: float = typer.Option(DEFAULTS["lr"], help="Peak learning rate (warmup then cosine decay)."),
     warmup: int = typer.Option(DEFAULTS["warmup"], help="Warmup steps."),
     weight_decay: float = typer.Option(D.weight_decay, "--weight-decay", help="AdamW decoupled weight decay."),
@@ -37,8 +37,8 @@ def finetune(
     precision: Optional[str] = typer.Option(None, help="fp32 (CPU), or fp16 / bf16 on cuda (default auto; on --resume, the run's own: another is used from that step on, with a note)."),
     reader: str = typer.Option(D.reader, help="Reader for --source (default: detected from the file)."),
     workers: int = typer.Option(D.workers, help="CPU threads, each training a slice of the batch (0: one per core)."),
-    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint."),
-    eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time."),
+    eval_every: int = typer.Option(D.eval_every, "--eval-every", help="Steps between validation + checkpoint (0: the preset of the parent's width's; tiny 100, small/base 250)."),
+    eval_tokens: int = typer.Option(D.eval_tokens, "--eval-tokens", help="Validation tokens scored each time (0: at most 2097152 evenly spread on a GPU, 131072 on the CPU)."),
     val_fraction: float = typer.Option(D.val_fraction, "--val-fraction", help="Share of the data held out."),
     dropout: Optional[float] = typer.Option(None, "--dropout", help="Dropout on the embedding and every residual "
                                             "branch, P in [0, 0.9] (default: the parent's)."),
