@@ -18,7 +18,15 @@ class BytemodelError(Exception):
 
 
 class SourceError(BytemodelError):
-    """A training source (file, directory, reader) cannot be used."""
+    """A training source (file, directory, reader) cannot be used.
+
+    fact: for a file that is not of its reader's format, the message without its advice to read
+    it with another --reader; score and eval, which read with the run's reader and have no
+    --reader, say their own instead (None: the message has no such advice)."""
+
+    def __init__(self, *args, fact: str | None = None):
+        super().__init__(*args)
+        self.fact = fact
 
 
 class CheckpointError(BytemodelError):

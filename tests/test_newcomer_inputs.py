@@ -195,3 +195,25 @@ def test_every_option_whose_default_stands_for_something_says_what():
               if p.default in (0, -1) and not isinstance(p.default, bool) and p.name != "seed"
               and f"{int(p.default)}:" not in (p.help or "")]
     assert silent == []
+
+
+def test_score_and_eval_do_not_advise_a_reader_flag_they_lack(trained, tmp_path):
+    """A file that is not of the run's reader's format: score and eval (which read with the run's
+    reader and have no --reader) said 'use --reader text or raw' / '--reader raw models the bytes
+    as they are'; they say what the run reads and what they offer instead."""
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(bytes(range(128, 256)) * 4)          # not UTF-8: the text run's reader refuses it
+    fa = tmp_path / "g.fa"
+    fa.write_text(">g\n" + (trained.parent / "toy.txt").read_text()[:3000] + "\n")
+    bytemodel.train(fa, tmp_path / "dna", steps=2, plot=False, baseline=False, **MODEL_SETTINGS)
+    text = tmp_path / "notes.txt"
+    text.write_text("plain words, no header\n" * 20)
+    for run, bad, view in ((trained, binary, "text"), (tmp_path / "dna", text, "fasta")):
+        for command, offer in (("score", "--raw scores the bytes"), ("eval", "score --raw FILE")):
+            code, out = cli([command, bad, "-c", run])
+            assert refused(code, out, f"the run reads its files as {view}", offer), out
+            assert "--reader" not in out
+        code, out = cli(["score", bad, "-c", run, "--raw"])
+        assert code == 0, out
+    code, out = cli(["train", text, "--reader", "fasta", "--out", tmp_path / "t", "--steps", "1"])
+    assert refused(code, out, "not FASTA (use --reader text or raw)"), out   # train has --reader: kept

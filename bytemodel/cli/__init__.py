@@ -21,7 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError, exit_on_signal
 from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import either, need_stdout, user_errors
+from .errors import either, need_stdout, read_as_run, user_errors
 from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -409,18 +409,19 @@ def score(
         if not raw and getattr(lm, "data", None) is not None:
             _note_old_run(lm)
         view = "raw" if raw else (run_reader or None)
-        if settings is not None:
-            from ..compress.driver import compress as api_compress
-            joined = b"".join(read_documents(file, view))
-            stats: dict = {}
-            if joined:
-                api_compress(lm, joined, adapt=settings, stats=stats)
-            bits, n = stats.get("model_bits", 0.0), len(joined)
-        else:               # documents streamed in pieces, windows scored in shared batches
-            from ..decode.score import score_stream
-            from ..readers import stream_documents
-            r = score_stream(lm.model, lm.tokenizer, stream_documents(file, view))
-            bits, n = r["bits"], r["bytes"]
+        with read_as_run(view, "--raw scores the bytes as they are"):
+            if settings is not None:
+                from ..compress.driver import compress as api_compress
+                joined = b"".join(read_documents(file, view))
+                stats: dict = {}
+                if joined:
+                    api_compress(lm, joined, adapt=settings, stats=stats)
+                bits, n = stats.get("model_bits", 0.0), len(joined)
+            else:               # documents streamed in pieces, windows scored in shared batches
+                from ..decode.score import score_stream
+                from ..readers import stream_documents
+                r = score_stream(lm.model, lm.tokenizer, stream_documents(file, view))
+                bits, n = r["bits"], r["bytes"]
         if n == 0:
             raise ConfigError(f"{file} holds no data to score")
         how = "as they are" if view == "raw" else f"read as {view}" if view else "read by detection"

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .errors import user_errors
+from .errors import read_as_run, user_errors
 from ..errors import ConfigError
 from ..fileguard import regular_file
 
@@ -211,7 +211,9 @@ def eval_files(
     with user_errors():
         files = [g for f in files for g in (source_files(f) if f.is_dir() else [regular_file(f, "input")])]
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, None, None, None)
-        res = evaluate(lm, files, _run_reader(lm), adapt=settings)
+        with read_as_run(_run_reader(lm) or None, "eval measures files of the run's kind (bytemodel score --raw "
+                         "FILE scores any bytes)"):
+            res = evaluate(lm, files, _run_reader(lm), adapt=settings)
         res["checkpoint"] = str(lm.path) if lm.path is not None else f"fresh {preset} (seed 0)"
         if settings is not None:
             res["adapt"] = settings.header()

@@ -56,6 +56,21 @@ def need_stdout() -> None:
         raise ConfigError("stdout is closed: this command prints its result there")
 
 
+@contextlib.contextmanager
+def read_as_run(view, advice: str):
+    """Files read with the run's reader (score, eval; view: its spec, None for detection, "raw"):
+    a file that is not of the reader's format is one line saying so and what this command offers
+    (advice), not the reader's own advice to use --reader, a flag these commands lack."""
+    from ..errors import SourceError
+    try:
+        yield
+    except SourceError as e:
+        if e.fact is None or view == "raw":
+            raise
+        how = f"the run reads its files as {view}" if view else "read by the reader its name picks"
+        raise SourceError(f"{e.fact} ({how}); {advice}") from None
+
+
 def either(positional, option, what: str, flag: str):
     """A value a command takes as an argument or as an option (`train FILE` or `train --source
     FILE`): the one given, None if neither; both given and different is a user error."""

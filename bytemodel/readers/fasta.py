@@ -148,8 +148,8 @@ class FastaReader(Reader):
                 if not s:
                     continue
                 if seq is None:
-                    raise SourceError(f"{path} line {no}: sequence before the first '>' header; "
-                                      f"not FASTA (use --reader text or raw)")
+                    fact = f"{path} line {no}: sequence before the first '>' header; not FASTA"
+                    raise SourceError(f"{fact} (use --reader text or raw)", fact=fact)
                 bad = _BAD.search(s)
                 if bad:
                     ch = bad.group()

@@ -100,9 +100,9 @@ def validate_utf8(chunks: Iterator[bytes], path: str | os.PathLike) -> Iterator[
 def _fail(path, data: bytes, i: int, offset: int, lines: int, truncated: bool = False):
     line = lines + data[:i].count(b"\n")
     what = "text ends inside a character" if truncated else f"byte 0x{data[i]:02x}"
-    raise SourceError(f"{path}: invalid UTF-8 at byte offset {offset + i} (line {line}, {what}); "
-                      f"--reader text:encoding=cp1252 (or latin-1) reads text in that encoding, --reader raw models "
-                      f"the bytes as they are")
+    fact = f"{path}: invalid UTF-8 at byte offset {offset + i} (line {line}, {what})"
+    raise SourceError(f"{fact}; --reader text:encoding=cp1252 (or latin-1) reads text in that encoding, "
+                      f"--reader raw models the bytes as they are", fact=fact)
 
 
 class TextReader(Reader):
