@@ -37,20 +37,37 @@ VAL_FRACTION = 0.1  # the trainer's default held-out tail
 BATCH = 8           # windows of 256 bytes per step: 300 steps = 614k bytes seen, ~4 min on 2 cores
 
 
+MARK = ".bytemodel-example"   # in an output folder an example made: its run folders are the examples' to replace
+
+
 def parse_args(description: str, steps: int) -> argparse.Namespace:
+    env = os.environ.get("BYTEMODEL_EXAMPLE_STEPS")
+    try:
+        default = int(env) if env else steps
+    except ValueError:
+        sys.exit(f"error: BYTEMODEL_EXAMPLE_STEPS must be a whole number, got {env!r}")
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--steps", type=int, default=int(os.environ.get("BYTEMODEL_EXAMPLE_STEPS", steps)),
+    p.add_argument("--steps", type=int, default=default,
                    help=f"training steps (default {steps}; env BYTEMODEL_EXAMPLE_STEPS)")
     p.add_argument("--out", type=Path, default=None, help="output folder [default: runs/examples/<name>]")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
 
-def out_dir(args, name: str) -> Path:
+def out_dir(args, name: str, fresh: tuple[str, ...] = ("run",)) -> Path:
+    """The output folder, its run folders (`fresh`) removed so each example run starts fresh, but
+    only where an example made the folder (its mark, or the result.json of one made before the
+    mark): a --out that holds the user's own run of that name is refused, never emptied."""
     d = args.out or Path("runs") / "examples" / name
-    if (d / "run").exists():
-        shutil.rmtree(d / "run")  # each example run starts fresh
+    if d.exists() and not d.is_dir():
+        sys.exit(f"error: --out {d} is a file; give a folder")
+    old = [d / f for f in fresh if (d / f).exists()]
+    if old and not ((d / MARK).exists() or (d / "result.json").exists()):
+        sys.exit(f"error: {old[0]} exists and no example made it; give another --out (nothing was removed)")
+    for f in old:
+        shutil.rmtree(f)
     d.mkdir(parents=True, exist_ok=True)
+    (d / MARK).touch()
     args.out_dir = d
     return d
 

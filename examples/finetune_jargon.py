@@ -68,11 +68,7 @@ def pair(term: str, header: str, body: str) -> dict:
 
 
 args = parse_args(__doc__.splitlines()[0], steps=400)
-out = out_dir(args, "finetune_jargon")
-for d in ("pre", "ft"):
-    if (out / d).exists():
-        import shutil
-        shutil.rmtree(out / d)
+out = out_dir(args, "finetune_jargon", fresh=("pre", "ft"))
 text = stream_of(fetch("jargon"), "text").decode("utf-8")
 ents = [e for e in entries(text) if e[2]]
 held = set(np.random.default_rng(args.seed).permutation(len(ents))[:HELD_OUT].tolist())

@@ -100,3 +100,39 @@ def test_finetune_example_runs(tmp_path):
     assert len(result["samples"]) == 5
     lines = (out / "pairs_held_out.jsonl").read_text().splitlines()
     assert len(lines) == 100 and all(set(json.loads(x)) == {"prompt", "completion"} for x in lines)
+
+
+def _example(args, tmp_path, **env):
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "dna.py"), *map(str, args)], capture_output=True,
+                          text=True, env={**os.environ, "BYTEMODEL_CACHE": str(tmp_path / "cache"), **env},
+                          cwd=tmp_path, timeout=300)
+
+
+def _one_error_line(r) -> bool:
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    return r.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def test_an_example_never_removes_a_run_it_did_not_make(tmp_path):
+    """`python examples/dna.py --out DIR` removed DIR/run whatever it held (a user's own run named
+    'run', say with --out .); it removes only a folder an example made, and refuses the rest.
+    An --out that is a file and a BYTEMODEL_EXAMPLE_STEPS that is not a number were tracebacks."""
+    mine = tmp_path / "mine" / "run"
+    mine.mkdir(parents=True)
+    (mine / "checkpoint.safetensors").write_bytes(b"my weights")
+    r = _example(["--steps", "2", "--out", tmp_path / "mine"], tmp_path)
+    assert _one_error_line(r) and "no example made it" in r.stderr, r.stderr
+    assert (mine / "checkpoint.safetensors").read_bytes() == b"my weights"
+    (tmp_path / "f.txt").write_text("x")
+    r = _example(["--out", tmp_path / "f.txt"], tmp_path)
+    assert _one_error_line(r) and "is a file" in r.stderr, r.stderr
+    r = _example([], tmp_path, BYTEMODEL_EXAMPLE_STEPS="x")
+    assert _one_error_line(r) and "BYTEMODEL_EXAMPLE_STEPS must be a whole number" in r.stderr, r.stderr
+
+
+def test_an_example_run_again_replaces_its_own_run(tmp_path):
+    env = {"BYTEMODEL_EXAMPLE_STEPS": "1", "BYTEMODEL_EXAMPLE_GEN_BYTES": "8"}
+    for _ in range(2):
+        r = _example(["--out", tmp_path / "out"], tmp_path, **env)
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["steps"] == 1
