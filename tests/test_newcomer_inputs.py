@@ -217,3 +217,14 @@ def test_score_and_eval_do_not_advise_a_reader_flag_they_lack(trained, tmp_path)
         assert code == 0, out
     code, out = cli(["train", text, "--reader", "fasta", "--out", tmp_path / "t", "--steps", "1"])
     assert refused(code, out, "not FASTA (use --reader text or raw)"), out   # train has --reader: kept
+
+
+def test_a_run_directory_that_is_a_file_is_named_so(trained, tmp_path):
+    """(before: 'error: File exists: notes.txt', the OS's words for a failed mkdir)"""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    src = trained.parent / "toy.txt"
+    assert refused(*cli(["train", src, "--out", notes, "--steps", "1"]), "is a file, not a run directory")
+    assert refused(*cli(["finetune", "--from", trained, "--source", src, "--out", notes, "--steps", "1"]),
+                   "is a file, not a run directory")
+    assert notes.read_text() == "keep me"

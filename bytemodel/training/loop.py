@@ -198,6 +198,8 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             tc.validate()
             if not tc.out_dir and tc.source:
                 tc = dataclasses.replace(tc, out_dir=str(next_run_dir(tc.source)))
+            if tc.out_dir and Path(tc.out_dir).exists() and not Path(tc.out_dir).is_dir():   # was "File exists"
+                raise ConfigError(f"--out {tc.out_dir} is a file, not a run directory")
             if tc.out_dir and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
                 made = new_folders(Path(tc.out_dir))
         if world.main and tc.out_dir and (not resume or Path(tc.out_dir).is_dir()):
