@@ -81,7 +81,7 @@ def compress(
     device: str = typer.Option("cpu", help="cpu, cuda or auto (decompression must use the same)."),
     precision: Optional[str] = typer.Option(None, help="On cuda: fp16 (the default, from a checkpoint or a "
                                             "fresh --preset model), bf16 or fp32; decompress takes the file's."),
-    workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
+    workers: int = typer.Option(0, help="CPU threads (0: one per core, at most 256; the output does not depend on it)."),
     content: bool = typer.Option(False, "--content", help="Images: code the decoded pixels; decompression "
                                  "re-encodes them losslessly in the file's format (pixels exact, not its bytes)."),
     adapt: bool = typer.Option(False, "--adapt", help="Learn the file while coding it (an optimizer step after "
@@ -147,7 +147,7 @@ def decompress(
                                                    "names, found by their SHA-256)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: FILE without .bmz; - for stdout)."),
     device: str = typer.Option("", help="cpu or cuda (default: the device the file was compressed on)."),
-    workers: int = typer.Option(0, help="CPU threads (0: one per core; the output does not depend on it)."),
+    workers: int = typer.Option(0, help="CPU threads (0: one per core, at most 256; the output does not depend on it)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the output file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ):

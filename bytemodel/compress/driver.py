@@ -68,6 +68,7 @@ from ..decode.lockstep import Lockstep, check_window
 from ..decode.window import keep
 from ..errors import CompressError, ConfigError, held, poll
 from ..ops.host import log_probs
+from ..validation import check_workers
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
@@ -399,6 +400,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
     the ideal size under the quantised frequencies ('quantised_bits') and the payload's size
     ('payload_bits'), the layout blob's size ('layout_bits') and the view ('view': a View)."""
+    check_workers(workers)     # -1 ran one thread without a word, 2000 made 2000 model replicas
     constriction = _coder()
     raw = bytes(data)
     if isinstance(reader, str):
@@ -507,6 +509,7 @@ def _each(pool, n: int, fn) -> None:
 def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) -> bytes:
     """A .bmz container -> the original bytes, verified against its length and SHA-256. A packed
     file (the model coded none of it) needs no model: `lm` may then be None and is not used."""
+    check_workers(workers)
     header, payload = read(blob)
     if header["view"]["kind"] == "packed":
         return _unpacked(header, payload)
