@@ -244,3 +244,13 @@ def test_compress_and_decompress_bound_their_workers(trained, tmp_path):
     lm = bytemodel.load(trained)
     with pytest.raises(ConfigError, match="workers must be"):
         lm.compress(b"ACGT" * 50, workers=10 ** 6)
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(top_k=2.5), "top-k must be a whole number"),        # before: TypeError from np.argpartition
+    (dict(temperature="hot"), "temperature must be a number"),  # before: TypeError in a comparison
+    (dict(top_p="0.9"), "top-p must be a number"),
+])
+def test_sampling_settings_of_the_wrong_type_are_one_config_error(lm, kw, words):
+    with pytest.raises(ConfigError, match=words):
+        lm.generate(5, **kw)
