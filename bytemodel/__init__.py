@@ -11,6 +11,7 @@ The public Python API (the CLI is a thin layer over it):
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .config import ModelConfig, PRESETS, TrainConfig, preset
@@ -184,6 +185,8 @@ def load(path: str | Path | None = None, device: str = "cpu", precision: str = "
     from . import checkpoint
     if path is None:
         path = latest_run()
+    if not isinstance(path, (str, os.PathLike)):    # load(5): a TypeError from pathlib
+        raise ConfigError(f"load takes a run directory or checkpoint file path, not a {type(path).__name__}")
     return LanguageModel(checkpoint.load(checkpoint.model_path(path, last=last)), device, precision)
 
 

@@ -254,3 +254,14 @@ def test_compress_and_decompress_bound_their_workers(trained, tmp_path):
 def test_sampling_settings_of_the_wrong_type_are_one_config_error(lm, kw, words):
     with pytest.raises(ConfigError, match=words):
         lm.generate(5, **kw)
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda lm: lm.compress(b"ACGT" * 40, streams=2.5), "streams must be a whole number, got 2.5"),   # was 2
+    (lambda lm: lm.compress(b"ACGT" * 40, window="8"), "window must be a whole number, got '8'"),     # was 8
+    (lambda lm: bytemodel.load(5), "load takes a run directory or checkpoint file path, not a int"),  # TypeError
+])
+def test_more_api_values_of_the_wrong_kind(lm, call, words):
+    with pytest.raises(ConfigError) as e:
+        call(lm)
+    assert str(e.value) == words

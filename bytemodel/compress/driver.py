@@ -401,6 +401,9 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     the ideal size under the quantised frequencies ('quantised_bits') and the payload's size
     ('payload_bits'), the layout blob's size ('layout_bits') and the view ('view': a View)."""
     check_workers(workers)     # -1 ran one thread without a word, 2000 made 2000 model replicas
+    for name, v in (("streams", streams), ("window", window), ("reread", reread)):   # 2.5 was taken as 2
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise ConfigError(f"{name} must be a whole number, got {v!r}")
     constriction = _coder()
     raw = bytes(data)
     if isinstance(reader, str):
