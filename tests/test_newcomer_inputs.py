@@ -265,3 +265,16 @@ def test_more_api_values_of_the_wrong_kind(lm, call, words):
     with pytest.raises(ConfigError) as e:
         call(lm)
     assert str(e.value) == words
+
+
+def test_export_force_never_deletes_another_run(trained, tmp_path):
+    """`export runs/a runs/b --force` (meant: runs/b-hf) replaced the run runs/b, checkpoints and
+    all, with the export; --force still replaces any other non-empty folder (tests/test_hf.py)."""
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(trained, other)
+    before = sorted(p.name for p in other.iterdir())
+    assert refused(*cli(["export", trained, other, "--force"]), "holds a bytemodel run", "never replaces")
+    assert sorted(p.name for p in other.iterdir()) == before
+    assert cli(["export", trained, tmp_path / "hf"])[0] == 0
+    assert cli(["export", trained, tmp_path / "hf", "--force"])[0] == 0   # an earlier export: replaced

@@ -29,7 +29,7 @@ def export(
     out: Path = typer.Option(None, "--out", "-o", help="The same as OUT_DIR (as compress and import-hf take it).",
                              show_default=False),
     fmt: str = typer.Option("hf", "--format", "-f", help="hf: a Hugging Face transformers Llama directory."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR if it is not empty."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR if it is not empty (never a folder holding a bytemodel run)."),
     last: bool = typer.Option(False, "--last", help="Export the latest weights, not the best validation's."),
 ) -> None:
     """Export a checkpoint for other tools: config.json, model.safetensors, tokenizer, README.md.

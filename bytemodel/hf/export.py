@@ -3,7 +3,8 @@
 Written with safetensors and JSON only (no torch). The directory is built complete in a temporary
 folder beside OUT_DIR (every file through write_atomic, so fsynced), then renamed into place: OUT_DIR is either the old
 one or the whole new one, never half. A non-empty OUT_DIR is refused unless force is set; with
-force the old directory is moved aside, the new one renamed in, then the old one deleted.
+force the old directory is moved aside, the new one renamed in, then the old one deleted. A
+directory that holds a bytemodel run (its checkpoints) is refused even with force.
 """
 from __future__ import annotations
 
@@ -104,6 +105,10 @@ def _check_target(out_dir: Path, ckpt_path: Path, force: bool) -> None:
         raise ConfigError(f"{out_dir} holds the checkpoint being exported; choose another directory")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ConfigError(f"{out_dir} is not empty; pass --force to replace it")
+    held = [n for n in (ckpt.CKPT_NAME, ckpt.BEST_NAME) if (out_dir / n).exists()]
+    if held:   # another run's weights: --force meant for an old export would delete them (a typo away)
+        raise ConfigError(f"{out_dir} holds a bytemodel run ({held[0]}); --force never replaces one: "
+                          f"choose another directory")
 
 
 def _swap_in(tmp: Path, out_dir: Path) -> None:
