@@ -278,3 +278,19 @@ def test_export_force_never_deletes_another_run(trained, tmp_path):
     assert sorted(p.name for p in other.iterdir()) == before
     assert cli(["export", trained, tmp_path / "hf"])[0] == 0
     assert cli(["export", trained, tmp_path / "hf", "--force"])[0] == 0   # an earlier export: replaced
+
+
+def test_import_hf_into_a_trained_run_is_refused(trained, tmp_path):
+    """`import-hf HF --out RUN --force` over a trained run replaced only its checkpoint.safetensors:
+    its best.safetensors stayed, and generate, score and info (which read a run's best weights)
+    went on using the old model, the import unseen; the run's resume state no longer matched."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert cli(["export", trained, tmp_path / "hf"])[0] == 0
+    assert refused(*cli(["import-hf", tmp_path / "hf", "--out", run, "--force"]), "holds a trained run",
+                   "import into a new directory")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert cli(["import-hf", tmp_path / "hf", "--out", tmp_path / "imp"])[0] == 0
+    assert cli(["import-hf", tmp_path / "hf", "--out", tmp_path / "imp", "--force"])[0] == 0   # an import: replaced

@@ -50,7 +50,7 @@ def import_hf(
     out_dir: Path = typer.Argument(None, help="The same as --out (as export takes it).", show_default=False),
     out: Path = typer.Option(None, "--out", "-o", help="Run directory to write checkpoint.safetensors into.",
                              show_default=False),
-    force: bool = typer.Option(False, "--force", help="Replace an existing checkpoint in --out."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier import's checkpoint in --out (never a trained run's)."),
 ) -> None:
     """Turn a Hugging Face Llama directory (e.g. from `bytemodel export`) into a bytemodel checkpoint.
 

@@ -48,6 +48,9 @@ def import_hf(src, out_dir, force: bool = False) -> ImportResult:
     if not (src / "config.json").is_file():
         raise ConfigError(f"{src}: no config.json; not a Hugging Face model directory")
     cfg = hl.config_from_hf(_read_json(src / "config.json", ConfigError), str(src / "config.json"))
+    if (out_dir / ckpt.BEST_NAME).exists():   # before: written beside it, generate/score/info kept using it
+        raise ConfigError(f"{out_dir} holds a trained run ({ckpt.BEST_NAME}, its best weights, which generate, "
+                          f"score and info would go on using, --force or not); import into a new directory")
     target = out_dir / ckpt.CKPT_NAME
     if target.exists() and not force:
         raise ConfigError(f"{target} exists; pass --force to replace it")
