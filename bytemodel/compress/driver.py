@@ -376,6 +376,15 @@ def _engine_window(device: str, ctx: int, engine: str | None, window: int | None
     return engine, W, rr
 
 
+def _check_counts(workers, **counts) -> None:
+    """workers in 0..MAX_WORKERS (-1 ran one thread without a word, 2000 made 2000 model replicas);
+    the stream layout's counts whole numbers (streams=2.5 was taken as 2)."""
+    check_workers(workers)
+    for name, v in counts.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise ConfigError(f"{name} must be a whole number, got {v!r}")
+
+
 def compress(lm, data: bytes, *, streams: int | None = None, window: int | None = None, lane: int | None = None,
              coders: int | None = None, workers: int | None = None, stats: dict | None = None,
              progress=None, engine: str | None = None, reread: int | None = None, reader=None,
@@ -400,10 +409,7 @@ def compress(lm, data: bytes, *, streams: int | None = None, window: int | None 
     stats, if a dict, receives the model's cross-entropy ('model_bits', full vocabulary, float64),
     the ideal size under the quantised frequencies ('quantised_bits') and the payload's size
     ('payload_bits'), the layout blob's size ('layout_bits') and the view ('view': a View)."""
-    check_workers(workers)     # -1 ran one thread without a word, 2000 made 2000 model replicas
-    for name, v in (("streams", streams), ("window", window), ("reread", reread)):   # 2.5 was taken as 2
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
-            raise ConfigError(f"{name} must be a whole number, got {v!r}")
+    _check_counts(workers, streams=streams, window=window, reread=reread)
     constriction = _coder()
     raw = bytes(data)
     if isinstance(reader, str):
