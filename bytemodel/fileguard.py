@@ -16,6 +16,10 @@ Standard input and output. ``-`` as an output is standard output (``write_stdout
 take it (before, a file named ``-`` was made); as an input it is refused in one line (a source is
 read more than once), unless a file of that name exists.
 
+Run folders. A folder under a source that holds a bytemodel run (``is_run_folder``: its
+checkpoints, or its token file) is the run's, not data: ``bytemodel train .`` run twice in a data
+folder read the first run's checkpoints and token file as training data.
+
 Temporary files. Atomic writes put their bytes in ``.bytemodel-<pid>-<random>.tmp`` beside the
 target: a short name, so a target name of up to 255 bytes still works, and one that says which
 process owns it. A process killed mid-write (SIGKILL, power cut) cannot remove its temporary file;
@@ -36,6 +40,10 @@ from typing import Any, Callable
 from .errors import BytemodelError, SourceError
 
 STDIO = "-"     # an output named so is standard output; an input named so is refused (no such file)
+# the files that make a folder a run's (checkpoint.CKPT_NAME, BEST_NAME; corpus.TOKENS_FILE): named
+# here, below those modules, for the readers that list a source's files (tests/test_newcomer_inputs.py
+# checks the names agree)
+RUN_MARKS = ("checkpoint.safetensors", "best.safetensors", "tokens.u16")
 TEMP_PREFIX = ".bytemodel-"
 _TEMP = re.compile(r"^\.bytemodel-(\d+)-[A-Za-z0-9_]+\.tmp$")
 
@@ -112,6 +120,11 @@ def write_direct(path: Path, data: bytes | Callable[[Any], None]) -> Path:
         else:
             f.write(data)
     return path
+
+
+def is_run_folder(folder: str | os.PathLike) -> bool:
+    """Whether a folder holds a bytemodel run (or an imported checkpoint): its files are not data."""
+    return any(os.path.isfile(os.path.join(folder, name)) for name in RUN_MARKS)
 
 
 def write_stdout(data: bytes | Callable[[Any], None]) -> Path:

@@ -294,3 +294,26 @@ def test_import_hf_into_a_trained_run_is_refused(trained, tmp_path):
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     assert cli(["import-hf", tmp_path / "hf", "--out", tmp_path / "imp"])[0] == 0
     assert cli(["import-hf", tmp_path / "hf", "--out", tmp_path / "imp", "--force"])[0] == 0   # an import: replaced
+
+
+def test_a_run_folder_under_the_source_is_not_data(tmp_path, capfd):
+    """`bytemodel train .` run twice in a data folder: the second run read the first run's
+    checkpoints, token file and loss.png as training data (33 kB of text became 16.7 MB)."""
+    from bytemodel.readers import source_files
+    data = tmp_path / "data"
+    data.mkdir()
+    dna(data / "a.txt")
+    settings = dict(steps=2, plot=False, baseline=False, **MODEL_SETTINGS)
+    first = bytemodel.train(data, data / "runs" / "one", **settings)
+    capfd.readouterr()
+    assert source_files(data) == [data / "a.txt"]
+    err = capfd.readouterr().err
+    assert f"note: skipped {data / 'runs' / 'one'} (a bytemodel run's folder" in err, err
+    second = bytemodel.train(data, data / "runs" / "two", **settings)
+    assert bytemodel.load(second.run_dir).train_state["n_bytes"] == bytemodel.load(first.run_dir).train_state["n_bytes"]
+
+
+def test_the_run_marks_are_the_run_files_names():
+    from bytemodel import checkpoint as ck, corpus
+    from bytemodel.fileguard import RUN_MARKS
+    assert {ck.CKPT_NAME, ck.BEST_NAME, corpus.TOKENS_FILE} == set(RUN_MARKS)

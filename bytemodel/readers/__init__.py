@@ -31,15 +31,16 @@ _REPORTED: set[str] = set()    # skipped entries already named on stderr
 
 
 def source_files(path: str | os.PathLike) -> list[Path]:
-    """The files a source names: the file itself, or every non-hidden file under a directory."""
-    from ..fileguard import not_found, regular_file
+    """The files a source names: the file itself, or every non-hidden file under a directory but
+    those of run folders beneath it (fileguard.is_run_folder: a run's checkpoints are not data)."""
+    from ..fileguard import RUN_MARKS, is_run_folder, not_found, regular_file
     p = Path(path)
     if not p.exists():
         raise SourceError(not_found(p))
     if not p.is_dir():
         return [regular_file(p)]   # a pipe, FIFO or device cannot be read twice, or ends never
     from ..fileguard import kind_of
-    files, skipped = [], []
+    files, skipped, skipped_runs = [], [], []
 
     def refuse(e: OSError):    # os.walk would skip a folder it may not read, and call it empty
         raise SourceError(f"cannot list {e.filename or p}: {e.strerror or e}")
@@ -51,6 +52,9 @@ def source_files(path: str | os.PathLike) -> list[Path]:
             continue
         seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
+        runs = [d for d in dirs if is_run_folder(os.path.join(folder, d))]
+        dirs[:] = [d for d in dirs if d not in runs]
+        skipped_runs.extend(Path(folder) / d for d in runs)
         for n in names:
             if n.startswith("."):
                 continue
@@ -68,6 +72,13 @@ def source_files(path: str | os.PathLike) -> list[Path]:
         except OSError:
             what = "dangling link"
         sys.stderr.write(f"note: skipped {s} (a {what}, not a regular file)\n")
+    for r in sorted(skipped_runs):
+        # said once, of an earlier run (one with checkpoints): a run being made under its own
+        # source (bytemodel train . --out runs/x) is passed over without a word
+        if str(r) in _REPORTED or sys.stderr is None or not any((r / n).exists() for n in RUN_MARKS[:2]):
+            continue
+        _REPORTED.add(str(r))
+        sys.stderr.write(f"note: skipped {r} (a bytemodel run's folder: its checkpoints are not data)\n")
     if not files:
         raise SourceError(f"directory has no files: {p}")
     return files
