@@ -317,3 +317,16 @@ def test_the_run_marks_are_the_run_files_names():
     from bytemodel import checkpoint as ck, corpus
     from bytemodel.fileguard import RUN_MARKS
     assert {ck.CKPT_NAME, ck.BEST_NAME, corpus.TOKENS_FILE} == set(RUN_MARKS)
+
+
+def test_dash_for_a_folder_is_refused(trained, tmp_path):
+    """Where '-' is a file output it is stdout; where the output is a folder (train/finetune --out,
+    export, import-hf, data get --dest) a folder named '-' was made."""
+    src = trained.parent / "toy.txt"
+    assert cli(["export", trained, tmp_path / "hf"])[0] == 0
+    for args in (["train", src, "--out", "-", "--steps", "1"],
+                 ["finetune", "--from", trained, "--source", src, "--out", "-", "--steps", "1"],
+                 ["export", trained, "-o", "-"], ["import-hf", tmp_path / "hf", "--out", "-"],
+                 ["data", "get", "lambda-phage", "-d", "-"]):
+        assert refused(*cli(args, cwd=tmp_path), "'-' (standard output) cannot be one"), args
+    assert not (tmp_path / "-").exists()

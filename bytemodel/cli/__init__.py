@@ -21,7 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError, exit_on_signal
 from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import either, need_stdout, read_as_run, user_errors
+from .errors import a_folder, either, need_stdout, read_as_run, user_errors
 from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -128,7 +128,7 @@ def train(
                         if k in HONOURED_ON_RESUME or (k != "model" and given(k))}
             if overrides:
                 settings["model"] = overrides
-        res = api_train(source or "", out, resume=resume, progress=not quiet, log=typer.echo, **settings)
+        res = api_train(source or "", a_folder(out, "--out"), resume=resume, progress=not quiet, log=typer.echo, **settings)
         if not res.main:            # MPI ranks other than 0: rank 0 reports
             raise typer.Exit(130 if res.interrupted else 0)
         _summary(res)

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .errors import user_errors
+from .errors import a_folder, user_errors
 from .readers import table
 
 data_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -43,7 +43,7 @@ def data_get(
     """
     from ..catalogue import get, get_dataset
     with user_errors():
-        path = get(name, dest=dest, download=download)
+        path = get(name, dest=a_folder(dest, "--dest"), download=download)
         ds = get_dataset(name)
         typer.echo(f"{ds.name}: {ds.description} (reader: {ds.reader})", err=True)
         typer.echo(str(path))

@@ -71,6 +71,16 @@ def read_as_run(view, advice: str):
         raise SourceError(f"{e.fact} ({how}); {advice}") from None
 
 
+def a_folder(path, flag: str):
+    """A folder to write into (a run directory, an export, a dataset's): '-' is standard output to
+    the commands that write a file, and no folder: refused, not made as a folder named '-'."""
+    from ..fileguard import is_stdio
+    if path is not None and is_stdio(path):
+        from ..errors import ConfigError
+        raise ConfigError(f"{flag} names a folder; '-' (standard output) cannot be one")
+    return path
+
+
 def either(positional, option, what: str, flag: str):
     """A value a command takes as an argument or as an option (`train FILE` or `train --source
     FILE`): the one given, None if neither; both given and different is a user error."""

@@ -13,7 +13,7 @@ import typer
 from ..config import TrainConfig as D
 from ..errors import ConfigError
 from ..lineage import DEFAULTS
-from .errors import either, user_errors
+from .errors import a_folder, either, user_errors
 
 
 def finetune(
@@ -82,7 +82,7 @@ def finetune(
         if resume:   # the settings given on the command line: those the run keeps its own of get a note
             settings = {k: v for k, v in settings.items() if k in ("device", "precision", "steps")
                         or ctx.get_parameter_source(k).name == "COMMANDLINE"}
-        res = api_finetune(parent, data, out, examples=kind if kind != "source" else "",
+        res = api_finetune(parent, data, a_folder(out, "--out"), examples=kind if kind != "source" else "",
                            val_source=val or "", resume=resume, progress=not quiet, log=typer.echo, **settings)
         typer.echo(f"step {res.step}: validation {res.val_bpb:.4f} bits/byte; checkpoint {res.checkpoint}")
         if res.interrupted:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from .errors import either, user_errors
+from .errors import a_folder, either, user_errors
 
 
 def _one_out(positional, option, name: str) -> Path:
@@ -19,7 +19,7 @@ def _one_out(positional, option, name: str) -> Path:
     out = either(positional, option, "output directories", "--out")
     if out is None:
         raise ConfigError(f"give the directory to write ({name})")
-    return out
+    return a_folder(out, name)
 
 
 def export(
