@@ -126,3 +126,32 @@ def test_a_file_that_is_not_a_checkpoint_is_named_for_what_it_is(tmp_path):
         f.write_bytes(data)
         assert refused(*cli(["info", f]), words), name
         assert refused(*cli(["generate", "-c", f, "--bytes", "3"]), words), name
+
+
+# ================================================================================================
+# usage mistakes (an option that does not exist, a value of the wrong kind, a missing argument):
+# one `error:` line as well, through the command users run (cli.main), not click's boxed usage
+# (the program is named as it was started: `python -m bytemodel.cli` here, `bytemodel` installed)
+# ================================================================================================
+@pytest.mark.parametrize("args,words", [
+    (["train", "--stepz", "5"], ["No such option: --stepz", "bytemodel.cli train --help' lists the options"]),
+    (["generate", "--bytes", "abc"], ["Invalid value for '--bytes'", "generate --help' lists the options"]),
+    (["score"], ["Missing argument 'FILE'", "score --help' lists the options"]),
+    (["frobnicate"], ["No such command 'frobnicate'", "bytemodel.cli --help' lists the commands"]),
+])
+def test_a_usage_mistake_is_one_error_line(args, words):
+    p = subprocess.run([sys.executable, "-m", "bytemodel.cli", *args], capture_output=True, text=True,
+                       env=subprocess_env(), timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    assert p.stdout == ""
+
+
+def test_help_and_the_bare_command_still_print_the_help():
+    p = subprocess.run([sys.executable, "-m", "bytemodel.cli", "train", "--help"], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=120)
+    assert p.returncode == 0 and "--steps" in p.stdout, p.stderr
+    p = subprocess.run([sys.executable, "-m", "bytemodel.cli"], capture_output=True, text=True,
+                       env=subprocess_env(), timeout=120)
+    assert p.returncode == 2 and "train" in p.stdout + p.stderr and "error:" not in p.stderr

@@ -21,7 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError, exit_on_signal
 from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import a_folder, either, need_stdout, read_as_run, user_errors
+from .errors import a_folder, either, need_stdout, read_as_run, run_app, user_errors
 from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -520,7 +520,7 @@ def main() -> None:
     # (raised where the threads can take it: errors.py, its end)
     signal.signal(signal.SIGTERM, exit_on_signal)
     roomy_malloc()      # freed memory kept for reuse, not faulted in again each step (memory.py)
-    app()
+    sys.exit(run_app(app))
 
 
 if __name__ == "__main__":

@@ -88,3 +88,38 @@ def either(positional, option, what: str, flag: str):
         from ..errors import ConfigError
         raise ConfigError(f"two {what} given ({positional} and {flag} {option}): give one")
     return positional if positional is not None else option
+
+
+def _click_exceptions():
+    """click's exception classes: typer carries its own copy of click from 0.2x on, depends on it before."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def run_app(app, args=None) -> int:
+    """Run the CLI and return its exit status. A usage mistake (an option that does not exist, a
+    value that is not a number, a missing argument) is one line too, as every other user error:
+    `error: No such option: --stepz (Possible options: --mtp, --seed, --steps) ('bytemodel train
+    --help' lists the options)`, status 2, where click drew a box of five lines under the usage.
+    `bytemodel` alone still prints the help (status 2), --help still exits 0."""
+    ex = _click_exceptions()
+    try:
+        rv = app(args=args, standalone_mode=False)
+    except getattr(ex, "NoArgsIsHelpError", ()) as e:      # `bytemodel`, `bytemodel data`: the help
+        e.show()
+        return e.exit_code
+    except ex.UsageError as e:
+        what = "commands" if hasattr(getattr(e.ctx, "command", None), "commands") else "options"
+        where = f" ('{e.ctx.command_path} --help' lists the {what})" if e.ctx is not None else ""
+        sys.stderr.write(f"error: {' '.join(e.format_message().split())}{where}\n")
+        return 2
+    except ex.ClickException as e:
+        e.show()
+        return e.exit_code
+    except ex.Abort:
+        sys.stderr.write("interrupted\n")
+        return 130
+    return rv if isinstance(rv, int) else 0    # an Exit's code (--help: 0); a command's None: 0
