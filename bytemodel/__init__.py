@@ -15,13 +15,14 @@ import os
 from pathlib import Path
 
 from .config import ModelConfig, PRESETS, TrainConfig, preset
-from .errors import BytemodelError, CheckpointError, ConfigError, SourceError, TokenizerError
+from .errors import BytemodelError, CheckpointError, CompressError, ConfigError, SourceError, TokenizerError
 from .tokenizer import Tokenizer
+from .validation import bytes_like
 
 __version__ = "0.1.0"
 
 __all__ = ["train", "load", "LanguageModel", "ModelConfig", "TrainConfig", "PRESETS", "preset", "Tokenizer",
-           "BytemodelError", "CheckpointError", "ConfigError", "SourceError", "TokenizerError",
+           "BytemodelError", "CheckpointError", "CompressError", "ConfigError", "SourceError", "TokenizerError",
            "latest_run", "finetune"]
 
 
@@ -32,12 +33,10 @@ def train(source: str, out_dir: str | None = None, *, resume: bool = False, prog
     Returns a TrainResult: run_dir, checkpoint (the resume checkpoint, at `step`), best_checkpoint
     and best_step, val_bpb (the best validation) and val_se, last_val_bpb, stop_reason, history.
     """
-    import dataclasses
+    from .config import train_settings
     from .training.loop import train as _train
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    bad = set(settings) - known
-    if bad:
-        raise ConfigError(f"unknown training setting(s): {', '.join(sorted(bad))}")
+    settings = train_settings(_reader_setting(settings))
+    source, out_dir = _path_of(source, "source"), _path_of(out_dir, "out_dir")
     if resume:   # 0 / "": the run's own step count, device and precision
         settings = {"steps": 0, "device": "", "precision": "", **settings}
     tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "", **settings)
@@ -50,7 +49,44 @@ def finetune(parent, source, out_dir=None, **kw):
     """Fine-tune a run on plain data, or with examples="pairs" / "chat" on a JSONL file of examples
     (see bytemodel.training.finetune.finetune for the settings). Returns a TrainResult."""
     from .training.finetune import finetune as _finetune
-    return _finetune(parent, source, out_dir, **kw)
+    return _finetune(_path_of(parent, "parent"), _path_of(source, "source"), _path_of(out_dir, "out_dir"),
+                     **_reader_setting(kw))
+
+
+def _path_of(p, what: str):
+    """A path argument as given (None, a str, a path-like); anything else (data bytes, a list of
+    files) is one ConfigError, before it is read as a file name ("File name too long")."""
+    import os
+    if p is None or isinstance(p, (str, os.PathLike)):
+        return p
+    hint = ": write the data to a file and pass its path" if isinstance(p, (bytes, bytearray, memoryview)) else ""
+    raise ConfigError(f"{what} takes a path (a str or pathlib.Path), not a {type(p).__name__}{hint}")
+
+
+def _reader_setting(settings: dict) -> dict:
+    """settings with a Reader class or instance as `reader` replaced by its spec string, which the
+    run records and rebuilds its reader from; so the reader must be registered under its name
+    (readers.register) and its options survive as a spec (before: "Object of type ... is not JSON
+    serializable" as the run was saved)."""
+    from .readers import Reader, get_reader
+    reader = settings.get("reader")
+    if isinstance(reader, type) and issubclass(reader, Reader):
+        reader = reader()
+    if not isinstance(reader, Reader):
+        return settings
+    def rebuilt(spec):
+        try:
+            return get_reader(spec)
+        except BytemodelError:
+            return None
+    if type(rebuilt(reader.name)) is not type(reader):
+        raise ConfigError(f"reader {type(reader).__name__} is not registered as {reader.name!r}: a run "
+                          f"records its reader by name, so register() it first (bytemodel.readers.register)")
+    again = rebuilt(reader.spec)
+    if again is None or again.options != reader.options:
+        raise ConfigError(f"reader {reader.name!r}: its options do not survive as the spec the run records "
+                          f"({reader.spec!r}; a value with a comma cannot): give other values")
+    return {**settings, "reader": reader.spec}
 
 
 class LanguageModel:
@@ -78,9 +114,11 @@ class LanguageModel:
         pass (sample i from the generator of seed + i).
         speculative: draft with the multi-token heads, verify in blocks (same distribution).
         Only the byte values the run's data holds are drawn (a DNA model writes its genome's
-        letters); any_byte=True lifts that (runs that predate the record draw any byte)."""
+        letters); any_byte=True lifts that (runs that predate the record draw any byte).
+        prompt: bytes-like (bytes, bytearray, memoryview, a uint8 NumPy array) or a str (its UTF-8
+        bytes), as score and compress take their data."""
         from .decode.generate import generate
-        prompt = _bytes_of(prompt, "the prompt")    # prompt=5 was five zero bytes
+        prompt = bytes_like(prompt, "generate's prompt")
         allowed = None if any_byte else self.data.allowed_ids(self.tokenizer)
         return generate(self.model, self.tokenizer, n_bytes, prompt, temperature, top_k, top_p, seed,
                         stop_at_doc_end, on_bytes, speculative, stats, samples=samples, allowed=allowed)
@@ -122,58 +160,54 @@ class LanguageModel:
         cap = int(conf.get("eval_tokens") or 0) or len(tail) + T     # the validations' cap (0: all)
         return score_windows(self.model, self.tokenizer, overlapped_windows(tail, T, cap))
 
-    def write(self, data: bytes | str, path, fmt: str = "") -> Path:
-        """Write bytes (a prompt and what was generated; a str: its UTF-8 bytes) as a file: as `fmt` (a reader spec or an
+    def write(self, data: bytes, path, fmt: str = "") -> Path:
+        """Write bytes (a prompt and what was generated; bytes-like or a str, as score takes its
+        data; one sample of generate(samples=N) at a time) as a file: as `fmt` (a reader spec or an
         extension), else by the path's extension, with the run's reader options where the run
         used that reader; a name no reader claims (x.out) gets the run's reader (raw if not
         known), one the raw reader claims (x.bin) the bytes as they are."""
         from .readers import get_reader, reader_for_extension, write_output
-        data = _bytes_of(data, "write")
         run_reader = self.data.reader or ""
         if not fmt and run_reader:
             claimed = reader_for_extension(Path(path).name)   # x.bin stays raw, x.png an image
             if claimed is None or claimed.name == run_reader.split(":", 1)[0]:
-                return write_output(data, path, get_reader(run_reader))
-        return write_output(data, path, fmt or None)
+                return write_output(bytes_like(data, "write"), path, get_reader(run_reader))
+        return write_output(bytes_like(data, "write"), path, fmt or None)
 
     def score(self, data: bytes | str) -> dict:
-        """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document (a str: its UTF-8
-        bytes, as generate takes a prompt)."""
+        """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document (bytes-like:
+        bytes, bytearray, memoryview, a uint8 NumPy array; a str: its UTF-8 bytes, as generate
+        takes a prompt)."""
         from .decode.score import score
-        return score(self.model, self.tokenizer, _bytes_of(data, "score"))
+        return score(self.model, self.tokenizer, bytes_like(data, "score"))
 
     def score_documents(self, docs) -> dict:
         """The same summed over documents (an iterable of bytes or str, each scored from its start,
         all in shared batches), plus 'documents': how many were not empty."""
         from .decode.score import score_documents
-        if isinstance(docs, (str, bytes, bytearray, memoryview)):   # not one document per character or byte
-            raise ConfigError(f"score_documents takes an iterable of documents, not one {type(docs).__name__} "
-                              f"(score() scores one)")
-        return score_documents(self.model, self.tokenizer, (_bytes_of(d, "score_documents") for d in docs))
+        if isinstance(docs, (bytes, bytearray, memoryview, str)):   # iterated, each byte was "not a int"
+            raise ConfigError(f"score_documents takes an iterable of documents (a list of bytes), not one "
+                              f"{type(docs).__name__}; score() scores one document")
+        return score_documents(self.model, self.tokenizer, (bytes_like(d, "score_documents") for d in docs))
 
     def compress(self, data: bytes | str, **options) -> bytes:
-        """data (a str: its UTF-8 bytes) -> a .bmz container: range coded under this model (options:
-        see bytemodel.compress.driver)."""
+        """data (bytes-like, or a str: its UTF-8 bytes) -> a .bmz container: range coded under this
+        model. As `bytemodel compress` does, the model codes the run's reader's exact split of the
+        data where it has one (a FASTA file's bases; headers and line lengths packed apart), else
+        the bytes as they are; reader="raw" codes the bytes as they are, another reader (a spec or a
+        Reader) its split. Other options: see bytemodel.compress.driver.compress."""
         from .compress.driver import compress
-        return compress(self, _bytes_of(data, "compress"), **options)
+        options.setdefault("reader", self.data.reader or None)   # before: None, the bytes as they are
+        return compress(self, bytes_like(data, "compress"), **options)
 
     def decompress(self, blob: bytes, **options) -> bytes:
-        """A .bmz container made with this checkpoint and backend -> the exact original bytes."""
+        """A .bmz container made with this checkpoint and backend -> the exact original bytes; a
+        damaged, foreign or mismatched container raises bytemodel.CompressError (one line)."""
         from .compress.driver import decompress
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise ConfigError(f"decompress takes the .bmz file's bytes, not a {type(blob).__name__} "
                               f"(open(path, 'rb').read())")
         return decompress(self, bytes(blob), **options)
-
-
-def _bytes_of(data, what: str) -> bytes:
-    """The bytes an API call works on: bytes-like as they are, a str as its UTF-8 bytes; anything
-    else is one clear error (before: TypeError "string argument without an encoding" and the like)."""
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise ConfigError(f"{what} takes bytes (or a str, read as UTF-8), not a {type(data).__name__}")
 
 
 def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32",

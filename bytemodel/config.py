@@ -223,3 +223,38 @@ class TrainConfig:
         if self.warmup < -1 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ConfigError("warmup, grad-clip and weight-decay must be >= 0")
         check_train_numbers(self)   # seed, the workers bound, NaN and inf
+
+
+_PATHS = ("source", "out_dir", "tokenizer", "parent", "val_source")   # a pathlib.Path stands for its str
+
+
+def train_settings(settings: dict, cls=None) -> dict:
+    """The Python API's training keywords checked against TrainConfig's fields (bytemodel.train,
+    bytemodel.finetune): an unknown name, or a value not of its field's type, is one ConfigError
+    (before: steps="10" failed deep inside as a TypeError, and steps=2.5 trained 3 steps). An int
+    stands for a float, a NumPy number for a Python one, a path-like for a path setting's str, and
+    "auto" for dropout's and dropout_attn's -1."""
+    import os
+    from .validation import setting_type
+    fields = {f.name: f for f in dataclasses.fields(cls or TrainConfig)}
+    bad = sorted(set(settings) - set(fields))
+    if bad:
+        raise ConfigError(f"unknown training setting(s): {', '.join(bad)}")
+    out = {}
+    for name, v in settings.items():
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if name in ("dropout", "dropout_attn") and v == "auto":
+            v = -1.0
+        if name in _PATHS and isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        ok, want = setting_type(default, v)
+        if ok and not isinstance(default, (str, dict)):   # a NumPy number as Python's (the checkpoint is JSON)
+            v = type(default)(v)
+        elif not ok and name in _PATHS:
+            want += " or a path"
+        if not ok:   # in check_train_types's words (TrainConfig.validate's)
+            auto = " (-1: auto)" if name in ("dropout", "dropout_attn") else ""
+            raise ConfigError(f"{name.replace('_', '-')} must be {want}{auto}, got {v!r}")
+        out[name] = v
+    return out

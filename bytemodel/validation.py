@@ -43,24 +43,28 @@ def check_train_numbers(tc) -> None:
         raise ConfigError(f"min-lr-ratio must be in [0, 1], got {tc.min_lr_ratio}")
 
 
+def setting_type(default, v) -> tuple[bool, str]:
+    """Whether v has the type of a TrainConfig field whose default is `default` (an int may stand
+    for a float; NumPy numbers count), and the words for that type."""
+    if isinstance(default, bool):
+        return isinstance(v, (bool, np.bool_)), "true or false"
+    if isinstance(default, int):
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool), "a whole number"
+    if isinstance(default, float):
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool), "a number"
+    return isinstance(v, type(default)), f"a {type(default).__name__}"
+
+
 def check_train_types(tc) -> None:
-    """Each setting of the field's own type (an int may stand for a float; NumPy scalars count), so
-    a setting of the wrong type is one line, not a TypeError deep in the run (steps="5",
-    lr="1e-3") nor taken as something else (steps=2.5 trained 2 steps, baseline="no" measured)."""
+    """Each setting of the field's own type (setting_type), so a setting of the wrong type is one
+    line, not a TypeError deep in the run (steps="5", lr="1e-3") nor taken as something else
+    (steps=2.5 trained 2 steps, baseline="no" measured)."""
     for f in dataclasses.fields(tc):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        v = getattr(tc, f.name)
-        if isinstance(default, bool):
-            ok, want = isinstance(v, (bool, np.bool_)), "true or false"
-        elif isinstance(default, int):
-            ok, want = isinstance(v, (int, np.integer)) and not isinstance(v, bool), "a whole number"
-        elif isinstance(default, float):
-            ok, want = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool), "a number"
-        else:
-            ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
+        ok, want = setting_type(default, getattr(tc, f.name))
         if not ok:
             auto = " (-1: auto)" if f.name in ("dropout", "dropout_attn") else ""
-            raise ConfigError(f"{f.name.replace('_', '-')} must be {want}{auto}, got {v!r}")
+            raise ConfigError(f"{f.name.replace('_', '-')} must be {want}{auto}, got {getattr(tc, f.name)!r}")
 
 
 def _typed(name: str, default, value, where: str):
@@ -139,3 +143,21 @@ def note_ignored_on_resume(stored: dict, given: dict, log, cfg=None) -> None:
         if name in stored and given[name] != kept:
             log(f"note: --{name.replace('_', '-')} {given[name]} ignored on --resume: "
                 f"the run keeps its own {kept}")
+
+
+def bytes_like(data, what: str) -> bytes:
+    """The bytes an API call works on (LanguageModel's calls, readers.write_output,
+    Tokenizer.encode): bytes-like (bytes, bytearray, memoryview, a uint8 NumPy array) as they are,
+    a str as its UTF-8 bytes; anything else is one clear error (before:
+    TypeError "string argument without an encoding" and the like; an int n, which bytes() reads
+    as n zero bytes, was a prompt of zeros)."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8:   # bytes() of an int64 array is 8 bytes an element: never what was meant
+            raise ConfigError(f"{what} takes a NumPy array of uint8, not of {data.dtype} "
+                              f"(.astype(np.uint8) if its values are bytes)")
+        return data.tobytes()
+    raise ConfigError(f"{what} takes bytes (or a str, read as UTF-8), not a {type(data).__name__}")

@@ -17,7 +17,6 @@ from conftest import MODEL_SETTINGS, cli, dna, refused, subprocess_env
     ("steps", "5", "steps must be a whole number"),
     ("steps", 2.5, "steps must be a whole number"),        # before: trained 2 steps
     ("lr", "1e-3", "lr must be a number"),
-    ("dropout", "auto", "dropout must be a number (-1: auto)"),
     ("eval_every", "10", "eval-every must be a whole number"),
     ("batch_size", 4.0, "batch-size must be a whole number"),
     ("baseline", "no", "baseline must be true or false"),  # before: "no" is true, the baselines ran
@@ -45,10 +44,10 @@ def lm(tmp_path_factory):
 
 @pytest.mark.parametrize("call,words", [
     (lambda lm: lm.generate(3.5), "bytes must be a whole number, got 3.5"),   # before: TypeError (slice indices)
-    (lambda lm: lm.generate(5, prompt=5), "the prompt takes bytes"),          # before: five zero bytes
-    (lambda lm: lm.generate(5, prompt=None), "the prompt takes bytes"),       # before: TypeError
-    (lambda lm: lm.score_documents("ACGT"), "an iterable of documents, not one str"),  # before: 4 documents
-    (lambda lm: lm.score_documents(b"ACGT"), "an iterable of documents, not one bytes"),
+    (lambda lm: lm.generate(5, prompt=5), "prompt takes bytes"),               # before: five zero bytes
+    (lambda lm: lm.generate(5, prompt=None), "prompt takes bytes"),            # before: TypeError
+    (lambda lm: lm.score_documents("ACGT"), "an iterable of documents (a list of bytes), not one str"),  # before: 4 documents
+    (lambda lm: lm.score_documents(b"ACGT"), "an iterable of documents (a list of bytes), not one bytes"),
     (lambda lm: lm.write(["ACGT"], "x.txt"), "write takes bytes"),
 ])
 def test_the_api_refuses_values_of_the_wrong_kind(lm, tmp_path, monkeypatch, call, words):

@@ -20,6 +20,7 @@ would then loop). On the GPU the device's sampler applies the mask (the same -in
 from __future__ import annotations
 
 import math
+import numbers
 from contextlib import closing
 
 import numpy as np
@@ -41,18 +42,11 @@ TWO_BLAS_STEP = True    # the step's products at two BLAS threads when that time
                         # small on an idle 2-core VM: +3-14% in 4 runs of 5, the same bytes); prefills at one
 
 
-def _number(v) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-
 def _check_sampling(temperature, top_k, top_p):
-    # the types first: top_k=2.5 was a TypeError in np.argpartition, temperature="hot" one in a comparison
-    if not _number(temperature):
-        raise ConfigError(f"temperature must be a number, got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-        raise ConfigError(f"top-k must be a whole number (0 = off), got {top_k!r}")
-    if not _number(top_p):
-        raise ConfigError(f"top-p must be a number in (0, 1], got {top_p!r}")
+    for name, v, whole in (("temperature", temperature, False), ("top-k", top_k, True), ("top-p", top_p, False)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral if whole else numbers.Real):
+            # a str or None was a TypeError from a comparison; top_k=2.5 one from np.argpartition
+            raise ConfigError(f"{name} must be a {'whole number' if whole else 'number'}, got {v!r}")
     if not (temperature >= 0 and math.isfinite(temperature)):
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     if top_k < 0:

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..atomic import write_atomic
 from ..errors import TokenizerError
+from ..validation import bytes_like
 from .encode import FlatVocab, MergeTable, encode_bytes, encode_chunks, encode_file
 from .pretok import PRE_SPLITS
 from .train import DEFAULT_MAX_SAMPLE_BYTES, train_bpe
@@ -123,8 +124,9 @@ class Tokenizer:
         return self._table
 
     def encode(self, data: bytes) -> np.ndarray:
-        """bytes -> uint16 ids (identity when there are no merges)."""
-        return encode_bytes(bytes(data), self.table, self.pre_split)
+        """bytes -> uint16 ids (identity when there are no merges). data: bytes-like, or a str (its
+        UTF-8 bytes); anything else is a ConfigError (an int n was n zero bytes)."""
+        return encode_bytes(bytes_like(data, "encode"), self.table, self.pre_split)
 
     def encode_chunks(self, chunks, **kw):
         """A stream of byte chunks -> uint16 id arrays, in bounded memory (see encode.py)."""

@@ -18,7 +18,7 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     steps, lr and warmup default to DEFAULTS. resume=True continues the fine-tune in out_dir.
     Returns a TrainResult."""
     import dataclasses
-    from ..config import TrainConfig
+    from ..config import TrainConfig, train_settings
     from .loop import train as _train
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     bad = set(settings) - known
@@ -26,6 +26,7 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
     if bad:
         raise ConfigError(f"setting(s) not for a fine-tune: {', '.join(sorted(bad))}")
     given = None
+    settings = train_settings(settings)    # wrong types: one ConfigError each
     if resume:   # 0 / "": the run's own step count, device and precision
         given = dict(settings)   # those the run keeps its own of are named in a note (as train's --resume)
         settings = {"steps": 0, "device": "", "precision": "", **settings}
