@@ -119,7 +119,7 @@ def run_app(app, args=None) -> int:
     except ex.ClickException as e:
         e.show()
         return e.exit_code
-    except ex.Abort:
+    except typer.Abort:         # (typer's own class: click's copy inside typer 0.2x has none)
         sys.stderr.write("interrupted\n")
         return 130
     return rv if isinstance(rv, int) else 0    # an Exit's code (--help: 0); a command's None: 0
