@@ -40,7 +40,8 @@ def _output_commands(run, tmp_path):
     ids = tmp_path / "ids.u16"
     ids.write_bytes(np.array([104, 105], dtype="<u2").tobytes())
     return {
-        "generate": lambda out: ["generate", "-c", run, "--bytes", "20", "--out", out],
+        # (--force: the symlink's target exists, and generate replaces an existing file only with it)
+        "generate": lambda out: ["generate", "-c", run, "--bytes", "20", "--out", out, "--force"],
         "tokenizer-train": lambda out: ["tokenizer", "train", "--source", src, "--merges", "3", "-o", out],
         "tokenizer-encode": lambda out: ["tokenizer", "encode", "-t", tok, src, "-o", out],
         "tokenizer-decode": lambda out: ["tokenizer", "decode", "-t", tok, ids, "-o", out],

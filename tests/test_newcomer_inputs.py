@@ -329,3 +329,22 @@ def test_dash_for_a_folder_is_refused(trained, tmp_path):
                  ["data", "get", "lambda-phage", "-d", "-"]):
         assert refused(*cli(args, cwd=tmp_path), "'-' (standard output) cannot be one"), args
     assert not (tmp_path / "-").exists()
+
+
+def test_generate_never_replaces_a_file_without_force(trained, tmp_path):
+    """`generate -o data.fa` replaced the file it was told to write, the user's training data among
+    them; now an existing file (and any sample's file with --samples) needs --force, as compress's
+    output does, and is refused before any work. Standard output and /dev/null need none."""
+    mine = tmp_path / "data.txt"
+    mine.write_bytes(b"my own data\n")
+    code, out = cli(["generate", "-c", trained, "--bytes", "8", "-o", mine])
+    assert refused(code, out, "exists (use --force to overwrite it)"), out
+    assert mine.read_bytes() == b"my own data\n"
+    (tmp_path / "s.1.txt").write_bytes(b"a sample kept\n")
+    code, out = cli(["generate", "-c", trained, "--bytes", "8", "-N", "2", "-o", tmp_path / "s.txt"])
+    assert refused(code, out, "s.1.txt exists"), out
+    assert not (tmp_path / "s.0.txt").exists() and (tmp_path / "s.1.txt").read_bytes() == b"a sample kept\n"
+    code, out = cli(["generate", "-c", trained, "--bytes", "8", "-o", mine, "--force", "--any-byte"])
+    assert code == 0 and mine.read_bytes() != b"my own data\n", out
+    code, out = cli(["generate", "-c", trained, "--bytes", "8", "-o", "/dev/null"])
+    assert code == 0, out

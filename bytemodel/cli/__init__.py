@@ -21,7 +21,7 @@ from ..config import TrainConfig as D  # the training defaults, written once (in
 from ..errors import ConfigError, exit_on_signal
 from .memory import roomy_malloc
 from . import compress as compress_cmd, data as data_cmd, finetune as finetune_cmd, hf as hf_cmd, plot as plot_cmd, readers as readers_cmd, tokenizer as tokenizer_cmd
-from .errors import a_folder, either, need_stdout, read_as_run, run_app, user_errors
+from .errors import a_folder, check_out, either, need_stdout, read_as_run, run_app, user_errors
 from .helptext import tidy as tidy_help
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -236,6 +236,7 @@ def generate(
                                           "acceptance rate and bytes/s on stderr."),
     precision: str = typer.Option("fp32", help="On cuda: fp32 (the CPU's bytes), fp16 or bf16 (faster)."),
     samples: int = typer.Option(1, "--samples", "-N", help="Draw this many samples in one batched pass."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file (and a sample's, with --samples)."),
     last: bool = typer.Option(False, "--last", help="Use the run's latest weights, not its best."),
     any_byte: bool = typer.Option(False, "--any-byte", help="Sample any byte value, not only those the run's "
                                   "data holds (the default: a DNA model writes only its genome's letters)."),
@@ -263,6 +264,9 @@ def generate(
             raise ConfigError("--speculative draws one sample at a time (leave out --samples)")
         if prompt and prompt_file is not None:
             raise ConfigError("give --prompt or --prompt-file, not both")
+        if out is not None:   # before any work: `generate -o data.fa` replaced the data it was trained on
+            for path in ([out] if samples == 1 else [_sample_path(out, i) for i in range(samples)]):
+                check_out(path, force)
         lm = load(checkpoint, device=device, precision=precision, last=last)
         if speculative and lm.cfg.mtp < 2:
             raise ConfigError("--speculative needs a model trained with multi-token heads (train with --mtp 2 or more)")
@@ -357,10 +361,15 @@ def _generate_samples(lm, n_bytes, data_prompt, temperature, top_k, top_p, seed,
         stream.flush()
         return
     for i, d in enumerate(datas):
-        path = out.with_name(f"{out.stem}.{i}{out.suffix}")
+        path = _sample_path(out, i)
         lm.write(data_prompt + d, path, fmt)
     typer.echo(f"wrote {samples} samples of {n_bytes:,} bytes to {out.with_name(out.stem + '.*' + out.suffix)}",
                err=True)
+
+
+def _sample_path(out: Path, i: int) -> Path:
+    """Sample i's file of --samples N --out FILE: FILE's name with .i before its extension."""
+    return out.with_name(f"{out.stem}.{i}{out.suffix}")
 
 
 def _decode_prompt(path: Path, lm) -> bytes:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .errors import read_as_run, user_errors
+from .errors import check_out, read_as_run, user_errors
 from ..errors import ConfigError
 from ..fileguard import regular_file
 
@@ -54,18 +54,6 @@ def _file_reader(lm, file: Path):
     from ..readers import detect, get_reader
     spec = _run_reader(lm)
     return get_reader(spec) if spec else detect(file)
-
-
-def _check_out(out: Path, force: bool) -> None:
-    """Refuse to replace a file without --force; standard output ('-'), a device (/dev/null) and a
-    FIFO are written through (fileguard.py) and replace nothing, so they need no --force."""
-    from ..fileguard import is_stdio
-    if is_stdio(out):
-        return
-    if out.is_dir():
-        raise ConfigError(f"{out} is a directory")
-    if out.exists() and not force and out.is_file():
-        raise ConfigError(f"{out} exists (use --force to overwrite it)")
 
 
 def compress(
@@ -122,7 +110,7 @@ def compress(
     from ..compress.driver import compress as api_compress
     with user_errors():
         target = out or file.with_name(file.name + SUFFIX)
-        _check_out(target, force)
+        check_out(target, force)
         data = regular_file(file, "input").read_bytes()
         lm, settings = _model_and_adapt(checkpoint, device, precision, adapt, preset, adapt_lr, adapt_segment,
                                         adapt_optimizer, adapt_mix, adapt_stride)
@@ -166,7 +154,7 @@ def decompress(
             if file.suffix != SUFFIX:
                 raise ConfigError(f"{file} does not end in {SUFFIX}: give --out")
             out = file.with_suffix("")
-        _check_out(out, force)
+        check_out(out, force)
         blob = regular_file(file, "input").read_bytes()
         header, _ = read(blob)
         backend = header["backend"]

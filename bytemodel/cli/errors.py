@@ -123,3 +123,17 @@ def run_app(app, args=None) -> int:
         sys.stderr.write("interrupted\n")
         return 130
     return rv if isinstance(rv, int) else 0    # an Exit's code (--help: 0); a command's None: 0
+
+
+def check_out(out, force: bool) -> None:
+    """Refuse to replace a file without --force (compress, decompress, generate); standard output
+    ('-'), a device (/dev/null) and a FIFO are written through (fileguard.py) and replace nothing,
+    so they need no --force."""
+    from ..errors import ConfigError
+    from ..fileguard import is_stdio
+    if is_stdio(out):
+        return
+    if out.is_dir():
+        raise ConfigError(f"{out} is a directory")
+    if out.exists() and not force and out.is_file():
+        raise ConfigError(f"{out} exists (use --force to overwrite it)")
