@@ -215,6 +215,14 @@ def is_cached(target: Path) -> bool:
         return False
 
 
+def _fetched(target: Path) -> set[str]:
+    """The files an earlier fetch into target wrote (its marker's list; none without a marker)."""
+    try:
+        return set(json.loads((target / MARKER).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
 def get(name: str, dest: str | os.PathLike | None = None, download: bool = False,
         catalogue: dict[str, Dataset] | None = None) -> Path:
     """Fetch a dataset into ``dest`` (default: the cache) and return that directory."""
@@ -223,6 +231,7 @@ def get(name: str, dest: str | os.PathLike | None = None, download: bool = False
     target = Path(dest) if dest else cache_root() / "datasets" / ds.name
     if is_cached(target):
         return target
+    earlier = _fetched(target)   # files an earlier fetch wrote there (replaced if damaged), never others
     reasons = []
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -235,6 +244,10 @@ def get(name: str, dest: str | os.PathLike | None = None, download: bool = False
             except _Skip as why:
                 reasons.append(str(why))
                 continue
+            theirs = [rel for rel in files if (target / rel).exists() and rel not in earlier]
+            if theirs:   # a file of the user's where the dataset would go (data get NAME -d their folder)
+                raise DatasetError(f"{target / theirs[0]} exists and is not an earlier copy of {ds.name!r} "
+                                   f"(nothing replaced: move it, or give another --dest)")
             sizes, sums = {}, {}
             try:
                 for rel, src in files.items():

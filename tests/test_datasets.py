@@ -244,3 +244,19 @@ def test_data_get_reverifies_a_cached_file_of_the_right_size(tmp_path, monkeypat
     assert again == first
     assert f.read_bytes() == good       # fetched afresh from the verified source
 
+
+
+def test_get_into_a_folder_never_replaces_a_file_of_the_users(tmp_path):
+    """`data get lambda-phage -d mydir` where mydir holds the user's own lambda_virus.fa replaced it
+    without a word; now refused, nothing written; a damaged earlier copy (listed in the marker) is
+    still fetched afresh."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "lambda_virus.fa").write_bytes(b">my own assembly\nACGT\n")
+    with pytest.raises(DatasetError, match="lambda_virus.fa exists and is not an earlier copy"):
+        get("lambda-phage", dest=mine)
+    assert (mine / "lambda_virus.fa").read_bytes() == b">my own assembly\nACGT\n"
+    assert not (mine / datasets.MARKER).exists()
+    d = get("lambda-phage", dest=tmp_path / "here")
+    (d / "lambda_virus.fa").write_bytes(b"damaged")
+    assert (get("lambda-phage", dest=d) / "lambda_virus.fa").read_bytes() == LAMBDA.read_bytes()
