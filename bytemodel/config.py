@@ -235,15 +235,14 @@ def train_settings(settings: dict, cls=None) -> dict:
     stands for a float, a NumPy number for a Python one, a path-like for a path setting's str, and
     "auto" for dropout's and dropout_attn's -1."""
     import os
-    from .validation import setting_type
-    fields = {f.name: f for f in dataclasses.fields(cls or TrainConfig)}
-    bad = sorted(set(settings) - set(fields))
+    from .validation import field_defaults, setting_type
+    defaults = field_defaults(cls or TrainConfig)
+    bad = sorted(set(settings) - set(defaults))
     if bad:
         raise ConfigError(f"unknown training setting(s): {', '.join(bad)}")
     out = {}
     for name, v in settings.items():
-        f = fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = defaults[name]
         if name in ("dropout", "dropout_attn") and v == "auto":
             v = -1.0
         if name in _PATHS and isinstance(v, os.PathLike):

@@ -43,6 +43,12 @@ def check_train_numbers(tc) -> None:
         raise ConfigError(f"min-lr-ratio must be in [0, 1], got {tc.min_lr_ratio}")
 
 
+def field_defaults(cls) -> dict:
+    """Each field of a settings dataclass (TrainConfig) -> its default."""
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)}
+
+
 def setting_type(default, v) -> tuple[bool, str]:
     """Whether v has the type of a TrainConfig field whose default is `default` (an int may stand
     for a float; NumPy numbers count), and the words for that type."""
@@ -59,21 +65,16 @@ def check_train_types(tc) -> None:
     """Each setting of the field's own type (setting_type), so a setting of the wrong type is one
     line, not a TypeError deep in the run (steps="5", lr="1e-3") nor taken as something else
     (steps=2.5 trained 2 steps, baseline="no" measured)."""
-    for f in dataclasses.fields(tc):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        ok, want = setting_type(default, getattr(tc, f.name))
+    for name, default in field_defaults(type(tc)).items():
+        ok, want = setting_type(default, getattr(tc, name))
         if not ok:
-            auto = " (-1: auto)" if f.name in ("dropout", "dropout_attn") else ""
-            raise ConfigError(f"{f.name.replace('_', '-')} must be {want}{auto}, got {getattr(tc, f.name)!r}")
+            auto = " (-1: auto)" if name in ("dropout", "dropout_attn") else ""
+            raise ConfigError(f"{name.replace('_', '-')} must be {want}{auto}, got {getattr(tc, name)!r}")
 
 
 def _typed(name: str, default, value, where: str):
-    """`value` if it has the type of the field's default (an int may stand for a float)."""
-    ok = (isinstance(value, bool) if isinstance(default, bool)
-          else (isinstance(value, int) and not isinstance(value, bool)) if isinstance(default, int)
-          else (isinstance(value, (int, float)) and not isinstance(value, bool)) if isinstance(default, float)
-          else isinstance(value, type(default)))
-    if not ok:
+    """`value` if it has the type of the field's default (setting_type: an int may stand for a float)."""
+    if not setting_type(default, value)[0]:
         raise CheckpointError(f"{where}: training setting {name} is {value!r}, not a {type(default).__name__}")
     return float(value) if isinstance(default, float) else value
 
@@ -89,15 +90,11 @@ def stored_train_config(cls, train: dict, where: str, **given):
     step = train.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"{where}: the training state has no valid step count ({step!r})")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(stored) - set(fields))
+    defaults = field_defaults(cls)
+    unknown = sorted(set(stored) - set(defaults))
     if unknown:
         raise CheckpointError(f"{where}: unknown training setting(s) {', '.join(unknown)}")
-    kw = {}
-    for name, value in stored.items():
-        f = fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kw[name] = _typed(name, default, value, where)
+    kw = {name: _typed(name, defaults[name], value, where) for name, value in stored.items()}
     for key in ("optim", "scaler"):
         if not isinstance(train.get(key, {}), dict):
             raise CheckpointError(f"{where}: the training state's {key} is not a JSON object")
