@@ -40,13 +40,22 @@ BATCH = 8           # windows of 256 bytes per step: 300 steps = 614k bytes seen
 MARK = ".bytemodel-example"   # in an output folder an example made: its run folders are the examples' to replace
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage mistake as one line, as the bytemodel command says it (argparse prints
+    the usage line, then `dna.py: error: ...`)."""
+
+    def error(self, message):
+        sys.stderr.write(f"error: {message} ('{self.prog} --help' lists the options)\n")
+        sys.exit(2)
+
+
 def parse_args(description: str, steps: int) -> argparse.Namespace:
     env = os.environ.get("BYTEMODEL_EXAMPLE_STEPS")
     try:
         default = int(env) if env else steps
     except ValueError:
         sys.exit(f"error: BYTEMODEL_EXAMPLE_STEPS must be a whole number, got {env!r}")
-    p = argparse.ArgumentParser(description=description)
+    p = _Parser(description=description)
     p.add_argument("--steps", type=int, default=default,
                    help=f"training steps (default {steps}; env BYTEMODEL_EXAMPLE_STEPS)")
     p.add_argument("--out", type=Path, default=None, help="output folder [default: runs/examples/<name>]")

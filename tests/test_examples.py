@@ -136,3 +136,10 @@ def test_an_example_run_again_replaces_its_own_run(tmp_path):
         r = _example(["--out", tmp_path / "out"], tmp_path, **env)
         assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "result.json").read_text())["steps"] == 1
+
+
+def test_a_usage_mistake_in_an_example_is_one_error_line(tmp_path):
+    """`examples/dna.py --steps abc` printed argparse's usage line, then 'dna.py: error: ...'."""
+    r = _example(["--steps", "abc"], tmp_path)
+    assert _one_error_line(r) and r.returncode == 2, r.stderr
+    assert "invalid int value: 'abc'" in r.stderr and "dna.py --help" in r.stderr
