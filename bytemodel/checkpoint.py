@@ -27,7 +27,7 @@ import numpy as np
 
 from .atomic import write_atomic
 from .config import ModelConfig
-from .errors import CheckpointError, ConfigError, TokenizerError
+from .errors import CheckpointError, ConfigError, TokenizerError, named
 from .model import layout, views
 from .tokenizer import Tokenizer
 
@@ -97,6 +97,13 @@ def model_path(path, last: bool = False) -> Path:
     if p.is_dir() and not last and (p / BEST_NAME).exists():
         return p / BEST_NAME
     return resolve(p)
+
+
+def check_new_run(run_dir) -> None:
+    """A new run (or fine-tune) is not written over one that run_dir already holds."""
+    if (Path(run_dir) / CKPT_NAME).exists():
+        raise ConfigError(f"{run_dir} already holds a checkpoint; use {named('--resume', 'resume=True')} to "
+                          f"continue it or another {named('--out', 'out_dir')}")
 
 
 def load(path) -> Loaded:

@@ -9,6 +9,7 @@ raise_soon, poll and held at the end of this file.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from contextlib import contextmanager
 
@@ -43,6 +44,28 @@ class ConfigError(BytemodelError):
 
 class CompressError(BytemodelError):
     """A .bmz file is corrupt, foreign, or needs another checkpoint or backend."""
+
+
+# A message shared by the CLI and the Python API names a setting as its reader can give it: the
+# command's flag under the CLI (its commands run inside cli_names(), as cli/errors.user_errors
+# does), else the API's argument. Before: bytemodel.train(None) said "(--source PATH)", a flag a
+# Python user does not have. One message text, two spellings of the name.
+_cli = contextvars.ContextVar("bytemodel_cli_names", default=False)
+
+
+def named(flag: str, argument: str) -> str:
+    """flag ("--out DIR") inside cli_names(), else argument ("out_dir=")."""
+    return flag if _cli.get() else argument
+
+
+@contextmanager
+def cli_names():
+    """Messages raised inside name settings as the CLI's flags (see named)."""
+    token = _cli.set(True)
+    try:
+        yield
+    finally:
+        _cli.reset(token)
 
 
 # ================================================================================================

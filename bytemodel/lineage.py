@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import checkpoint as ckpt
-from .errors import ConfigError, CheckpointError
+from .errors import ConfigError, CheckpointError, named
 from .model import buffer_size, layout, views
 
 DEFAULTS = dict(steps=300, lr=5e-4, warmup=20)  # gentler than pretraining: the weights already work
@@ -57,9 +57,8 @@ def prepare_finetune(tc, next_run_dir):
     run_dir = Path(tc.out_dir) if tc.out_dir else next_run_dir(tc.source)
     tc.out_dir = str(run_dir)
     if run_dir.resolve() == Path(parent.path).resolve().parent:
-        raise ConfigError("the fine-tune needs its own run directory (--out), not its parent's")
-    if (run_dir / ckpt.CKPT_NAME).exists():
-        raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
+        raise ConfigError(f"the fine-tune needs its own run directory ({named('--out', 'out_dir')}), not its parent's")
+    ckpt.check_new_run(run_dir)
     if tc.examples:
         examples = read_examples(tc.source, tc.examples)
         if tc.val_source:

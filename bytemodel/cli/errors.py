@@ -7,14 +7,16 @@ import sys
 
 import typer
 
-from ..errors import BytemodelError
+from ..errors import BytemodelError, cli_names
 
 
 @contextlib.contextmanager
 def user_errors():
-    """Turn user errors into one line and exit status 2; never a traceback."""
+    """Turn user errors into one line and exit status 2; never a traceback. Messages raised
+    inside name the CLI's flags (errors.named)."""
     try:
-        yield
+        with cli_names():
+            yield
     except BytemodelError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2)

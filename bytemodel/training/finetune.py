@@ -7,7 +7,7 @@ and the parent's figure on the fine-tune's own held-out data (the 'before' besid
 from __future__ import annotations
 
 from .. import checkpoint as ckpt
-from ..errors import ConfigError
+from ..errors import ConfigError, named
 from ..lineage import DEFAULTS, parent_weights
 
 
@@ -33,7 +33,7 @@ def finetune(parent, source, out_dir=None, *, examples: str = "", val_source: st
         tc = TrainConfig(out_dir=str(out_dir) if out_dir else "", **settings)
     else:
         if not parent:
-            raise ConfigError("a fine-tune needs the run to start from (--from RUN)")
+            raise ConfigError(f"a fine-tune needs the run to start from ({named('--from RUN', 'finetune(parent, ...)')})")
         settings = {**DEFAULTS, **settings}
         tc = TrainConfig(source=str(source) if source else "", out_dir=str(out_dir) if out_dir else "",
                          parent=str(parent), examples=examples, val_source=str(val_source or ""), **settings)

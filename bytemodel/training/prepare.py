@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import checkpoint as ckpt
 from ..config import PRESETS, ModelConfig, TrainConfig, preset as make_preset
 from ..corpus import build_corpus, open_corpus
-from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError
+from ..errors import CheckpointError, ConfigError, SourceError, TokenizerError, named
 from ..ops import resolve_device
 from ..pairs import open_examples
 from ..tokenizer import Tokenizer
@@ -82,7 +82,7 @@ def prepare(tc: TrainConfig, resume: bool = False) -> Run:
     tc.validate()
     tc.device = resolve_device(tc.device)   # recorded resolved: a resume computes where the run did
     if not tc.source:
-        raise SourceError("no source given (--source PATH)")
+        raise SourceError(f"no source given ({named('--source PATH', 'source=PATH')})")
     if tc.parent:  # fine-tuning: the parent's model and tokenizer, examples or plain data
         return _prepare_finetune(tc)
     return _prepare_fresh(tc)
@@ -91,7 +91,7 @@ def prepare(tc: TrainConfig, resume: bool = False) -> Run:
 def _reopen(given: TrainConfig) -> Run:
     """The run in given.out_dir, as its checkpoint left it; its corpus checked against the checkpoint."""
     if not given.out_dir:
-        raise ConfigError("--resume needs the run directory (--out DIR)")
+        raise ConfigError(f"{named('--resume', 'resume=True')} needs the run directory ({named('--out DIR', 'out_dir=DIR')})")
     run_dir = Path(given.out_dir)
     loaded = ckpt.load(run_dir)
     if given.tokenizer:
@@ -193,8 +193,7 @@ def _prepare_fresh(tc: TrainConfig) -> Run:
     if not tc.out_dir:
         tc.out_dir = str(next_run_dir(tc.source))
     run_dir = Path(tc.out_dir)
-    if (run_dir / ckpt.CKPT_NAME).exists():
-        raise ConfigError(f"{run_dir} already holds a checkpoint; use --resume to continue it or another --out")
+    ckpt.check_new_run(run_dir)
     ctx0 = tc.context or PRESETS["tiny" if tc.preset == "auto" else tc.preset]["context"]
     eval_auto = tc.eval_every == 0           # before resolve gives it the preset's
     tile_note = _tile_images(tc)

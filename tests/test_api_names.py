@@ -1,0 +1,63 @@
+"""The API's errors name the API's arguments, the CLI's the CLI's flags: one message serves both
+(errors.named; the CLI's commands run inside errors.cli_names). Before, bytemodel.train(None) said
+"no source given (--source PATH)", a flag a Python user does not have."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import bytemodel
+from bytemodel.errors import ConfigError, SourceError
+from conftest import MODEL_SETTINGS, cli, dna, refused
+
+
+def test_train_without_a_source_names_the_argument(tmp_path):
+    with pytest.raises(SourceError) as e:
+        bytemodel.train(None, tmp_path / "run", steps=2, **MODEL_SETTINGS)
+    assert str(e.value) == "no source given (source=PATH)"
+
+
+def test_resume_without_a_run_directory_names_the_arguments():
+    with pytest.raises(ConfigError) as e:
+        bytemodel.train(None, None, resume=True)
+    assert str(e.value) == "resume=True needs the run directory (out_dir=DIR)"
+    with pytest.raises(ConfigError) as e:
+        bytemodel.finetune(None, None, None, resume=True)
+    assert str(e.value) == "resume=True needs the run directory (out_dir=DIR)"
+
+
+def test_a_fine_tune_without_a_parent_names_the_argument(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        bytemodel.finetune(None, dna(tmp_path / "toy.txt"), tmp_path / "ft")
+    assert str(e.value) == "a fine-tune needs the run to start from (finetune(parent, ...))"
+
+
+def test_a_run_directory_that_holds_a_run_names_the_arguments(trained, tmp_path):
+    src = dna(tmp_path / "toy.txt")
+    with pytest.raises(ConfigError) as e:
+        bytemodel.train(src, trained, steps=2, **MODEL_SETTINGS)
+    assert str(e.value) == f"{trained} already holds a checkpoint; use resume=True to continue it or another out_dir"
+    run = shutil.copytree(trained, tmp_path / "run")
+    with pytest.raises(ConfigError) as e:                 # a fine-tune into a run (lineage.py)
+        bytemodel.finetune(trained, src, run, steps=2)
+    assert str(e.value) == f"{run} already holds a checkpoint; use resume=True to continue it or another out_dir"
+    with pytest.raises(ConfigError) as e:
+        bytemodel.finetune(trained, src, trained, steps=2)
+    assert str(e.value) == "the fine-tune needs its own run directory (out_dir), not its parent's"
+
+
+def test_the_cli_keeps_its_flags(trained, tmp_path):
+    """The same messages from the command name its flags, word for word as before."""
+    src = dna(tmp_path / "toy.txt")
+    code, out = cli(["train", "--resume"], cwd=tmp_path)
+    assert refused(code, out) and out.strip() == "error: --resume needs the run directory (--out DIR)", out
+    code, out = cli(["train", "--source", str(src), "--out", str(trained), "--steps", "2"], cwd=tmp_path)
+    assert refused(code, out) and out.strip().endswith(
+        "already holds a checkpoint; use --resume to continue it or another --out"), out
+    code, out = cli(["finetune", "--from", str(trained), "--source", str(src), "--out", str(trained)], cwd=tmp_path)
+    assert refused(code, out) and out.strip() == \
+        "error: the fine-tune needs its own run directory (--out), not its parent's", out
+    # and an API call after a CLI one names the arguments again
+    with pytest.raises(SourceError, match=r"\(source=PATH\)"):
+        bytemodel.train(None, tmp_path / "run2")
