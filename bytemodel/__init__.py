@@ -215,7 +215,8 @@ def load(path: str | Path | None = None, device: str = "cpu", precision: str = "
     """Load a checkpoint file or run directory (default: the latest run under ./runs).
 
     From a run directory: its best weights (best.safetensors, the lowest validation), or with
-    last=True the latest ones (the resume checkpoint)."""
+    last=True the latest ones (the resume checkpoint). A checkpoint file is loaded as it is: last=True
+    with one is a ConfigError."""
     from . import checkpoint
     if path is None:
         path = latest_run()

@@ -92,8 +92,13 @@ def resolve(path) -> Path:
 
 def model_path(path, last: bool = False) -> Path:
     """The weights a user means by `path`: a file as it is; in a run directory the best
-    checkpoint where there is one, else (or with last=True) the resume checkpoint."""
+    checkpoint where there is one, else (or with last=True) the resume checkpoint. last=True with
+    a file is refused (before: the file was loaded and last silently ignored)."""
     p = Path(path)
+    if last and p.exists() and not p.is_dir():
+        raise ConfigError(f"{named('--last', 'last=True')} picks a run directory's latest weights; {p} is a "
+                          f"checkpoint file, loaded as it is: give its run directory, or leave out "
+                          f"{named('--last', 'last')}")
     if p.is_dir() and not last and (p / BEST_NAME).exists():
         return p / BEST_NAME
     return resolve(p)

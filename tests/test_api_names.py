@@ -61,3 +61,17 @@ def test_the_cli_keeps_its_flags(trained, tmp_path):
     # and an API call after a CLI one names the arguments again
     with pytest.raises(SourceError, match=r"\(source=PATH\)"):
         bytemodel.train(None, tmp_path / "run2")
+
+
+def test_last_with_a_checkpoint_file_is_refused(trained, tmp_path):
+    """load(file, last=True) loaded the file and ignored last without a word: last picks a run
+    directory's weights, so with a file it is one ConfigError (the CLI's --last the same)."""
+    best = trained / "best.safetensors"
+    with pytest.raises(ConfigError) as e:
+        bytemodel.load(best, last=True)
+    assert str(e.value) == (f"last=True picks a run directory's latest weights; {best} is a checkpoint file, "
+                            f"loaded as it is: give its run directory, or leave out last")
+    assert bytemodel.load(best).path == best                        # without last: the file
+    assert bytemodel.load(trained, last=True).path.name == "checkpoint.safetensors"
+    code, out = cli(["generate", "-c", str(best), "--last", "--bytes", "8"], cwd=tmp_path)
+    assert refused(code, out, "--last picks a run directory's latest weights", "leave out --last"), out
