@@ -195,8 +195,10 @@ class LanguageModel:
         model. As `bytemodel compress` does, the model codes the run's reader's exact split of the
         data where it has one (a FASTA file's bases; headers and line lengths packed apart), else
         the bytes as they are; reader="raw" codes the bytes as they are, another reader (a spec or a
-        Reader) its split. Other options: see bytemodel.compress.driver.compress."""
+        Reader) its split. Other options: see bytemodel.compress.driver.compress (another
+        name is a ConfigError)."""
         from .compress.driver import compress
+        _known_options(compress, options, "compress")
         options.setdefault("reader", self.data.reader or None)   # before: None, the bytes as they are
         return compress(self, bytes_like(data, "compress"), **options)
 
@@ -204,10 +206,21 @@ class LanguageModel:
         """A .bmz container made with this checkpoint and backend -> the exact original bytes; a
         damaged, foreign or mismatched container raises bytemodel.CompressError (one line)."""
         from .compress.driver import decompress
+        _known_options(decompress, options, "decompress")
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise ConfigError(f"decompress takes the .bmz file's bytes, not a {type(blob).__name__} "
                               f"(open(path, 'rb').read())")
         return decompress(self, bytes(blob), **options)
+
+
+def _known_options(fn, options: dict, what: str) -> None:
+    """options that fn (compress.driver's compress, decompress) takes as keywords; another is one
+    ConfigError naming them (before: Python's "got an unexpected keyword argument")."""
+    import inspect
+    known = [n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    bad = sorted(set(options) - set(known))
+    if bad:
+        raise ConfigError(f"{what} takes no option {', '.join(map(repr, bad))} (its options: {', '.join(known)})")
 
 
 def load(path: str | Path | None = None, device: str = "cpu", precision: str = "fp32",

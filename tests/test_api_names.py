@@ -75,3 +75,16 @@ def test_last_with_a_checkpoint_file_is_refused(trained, tmp_path):
     assert bytemodel.load(trained, last=True).path.name == "checkpoint.safetensors"
     code, out = cli(["generate", "-c", str(best), "--last", "--bytes", "8"], cwd=tmp_path)
     assert refused(code, out, "--last picks a run directory's latest weights", "leave out --last"), out
+
+
+def test_an_unknown_compress_option_is_one_config_error(trained):
+    """lm.compress(data, bogus=1) was Python's "got an unexpected keyword argument 'bogus'"
+    TypeError; decompress the same: one ConfigError naming the options there are."""
+    lm = bytemodel.load(trained)
+    with pytest.raises(ConfigError) as e:
+        lm.compress(b"ACGT" * 20, bogus=1, streems=2)
+    assert str(e.value).startswith("compress takes no option 'bogus', 'streems' (its options: streams, window, ")
+    assert "reader" in str(e.value) and "adapt" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        lm.decompress(b"", bogus=1)
+    assert str(e.value).startswith("decompress takes no option 'bogus' (its options: workers")
