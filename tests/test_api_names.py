@@ -88,3 +88,15 @@ def test_an_unknown_compress_option_is_one_config_error(trained):
     with pytest.raises(ConfigError) as e:
         lm.decompress(b"", bogus=1)
     assert str(e.value).startswith("decompress takes no option 'bogus' (its options: workers")
+
+
+@pytest.mark.parametrize("settings,words", [
+    (dict(steps="x"), "steps must be a whole number, got 'x'"),
+    (dict(lr="1e-3"), "lr must be a number, got '1e-3'"),
+])
+def test_train_config_validate_is_a_config_error_for_a_wrong_type(settings, words):
+    """bytemodel.TrainConfig, public, checked by itself: a setting of the wrong type is one
+    ConfigError from validate() (validation.check_train_types), not a TypeError from comparing it."""
+    with pytest.raises(ConfigError) as e:
+        bytemodel.TrainConfig(**settings).validate()
+    assert str(e.value) == words
