@@ -27,6 +27,13 @@ keep) and the machine's NumPy/BLAS, never on other lanes, threads or timing. It 
 bit-identical to lockstep.Lockstep (the products are grouped differently): a compressed file
 records which of the two computed its probabilities.
 
+Memory (`steps`): a lane told it takes at most `steps` pushes, fewer than the window, makes its
+cache and buffers `steps` slots long (a stream of 4 tokens holds 4 tokens' keys, not a window's).
+The slots change no bit: neither policy reaches the window's end within `steps` pushes (no slide
+wraps, no re-read), every read is of slots 0..S-1 with the same strides whatever the length, and
+the projection writes each row in the same place of its row (tests/test_memory_bounds.py). A
+push past `steps` is refused.
+
 Shapes: B streams, W window, C d_model, H heads, K kv heads, G = H // K, D head dim, F d_ff,
 V vocabulary, S keys in the cache.
 """
@@ -123,7 +130,7 @@ class CpuLockstep:
     position 0 when the cache is full (k = window/2 is generation's policy)."""
 
     def __init__(self, model, batch: int, window: int | None = None, reread: int = 0,
-                 folded: Folded | None = None, weights=None):
+                 folded: Folded | None = None, weights=None, steps: int | None = None):
         cfg = model.cfg
         W = cfg.context if window is None else int(window)
         check_window(W, cfg.context)
@@ -141,8 +148,10 @@ class CpuLockstep:
         G = H // K
         self.H, self.K, self.D, self.G = H, K, D, G
         f32 = np.float32
-        self.cache = [(np.zeros((B, W, K, D), f32), np.zeros((B, W, K, D), f32)) for _ in range(cfg.n_layers)]
-        self.recent = np.zeros((B, W), dtype=np.int64) if reread else None   # re-read: the tokens by position
+        # the cache's slots: the window, or `steps` where the lane takes fewer pushes (see Memory)
+        self.slots = S = W if steps is None else min(W, max(1, int(steps)))
+        self.cache = [(np.zeros((B, S, K, D), f32), np.zeros((B, S, K, D), f32)) for _ in range(cfg.n_layers)]
+        self.recent = np.zeros((B, S), dtype=np.int64) if reread else None   # re-read: the tokens by position
         self.pos = 0          # the next token's position (its slot is pos % W when sliding)
         self.steps = 0        # tokens pushed
         # buffers, written in place every step
@@ -151,8 +160,8 @@ class CpuLockstep:
         self.tmp = np.empty((B, C), f32)
         self.rstd = np.empty(B, f32)
         self.q = np.empty((B, H * D), f32)
-        self._scores = np.empty(B * H * W, f32)
-        self.ones = np.ones(W, f32)
+        self._scores = np.empty(B * H * S, f32)
+        self.ones = np.ones(S, f32)
         self.norm = np.empty(B * H, f32)
         self.att = np.empty((B, K, G, D), f32)
         self.g = np.empty((B, F), f32)
@@ -171,6 +180,8 @@ class CpuLockstep:
     def push(self, ids):
         """ids (B,) ints -> logits (B, V) float32 (this object's buffer: read it before the next push)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(self.B)
+        if self.pos >= self.slots < self.W:
+            raise RuntimeError(f"a lane made for {self.slots} steps was pushed more")
         self.steps += 1
         if not self.reread:
             self._step(ids, self.pos, min(self.pos + 1, self.W), self.pos % self.W)

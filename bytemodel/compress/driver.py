@@ -127,7 +127,7 @@ def _drive(lm, lengths: np.ndarray, window: int, lane: int, decide, workers: int
     weights = model.weights()
     mine = [list(range(w, len(bounds), n_workers)) for w in range(n_workers)]   # lanes of each worker
     steppers, graphed = _lane_steppers(model, replicas, bounds, window, reread, engine, weights,
-                                       int(lengths[0]) if adapt is not None else None)
+                                       int(lengths[0]), adapt is not None)
     quants = [Quantiser(b - a, A, TOTAL) for a, b in bounds] if engine == "cpu" else None
     adapter = None
     if adapt is not None:
@@ -220,19 +220,22 @@ def _device_steppers(model, bounds, window: int, steps: int, A: int):
             for a, b in bounds]
 
 
-def _lane_steppers(model, replicas, bounds, window: int, reread: int, engine: str, weights, adapt_steps):
+def _lane_steppers(model, replicas, bounds, window: int, reread: int, engine: str, weights, steps: int,
+                   adapting: bool):
     """Each lane's stepper -> (steppers, graphed): CpuLockstep (engine "cpu") or Lockstep on lane i's
-    worker replica; under adaptation (adapt_steps: the steps, else None) with a sliding window on a
-    GPU, _adapt_steppers' captured steps where it gives them (graphed True)."""
+    worker replica, each with room for the `steps` tokens its streams take at most (a cache of
+    min(steps, window) slots: memory follows the file, not the window; the same bits); under
+    adaptation with a sliding window on a GPU, _adapt_steppers' captured steps where it gives them
+    (graphed True)."""
     n = len(replicas)
     if engine == "cpu":
         folded = Folded(model, weights)
-        return [CpuLockstep(replicas[i % n], b - a, window, reread, folded, weights)
+        return [CpuLockstep(replicas[i % n], b - a, window, reread, folded, weights, steps=steps)
                 for i, (a, b) in enumerate(bounds)], False
-    dev = _adapt_steppers(model, bounds, window, adapt_steps, weights) if adapt_steps and reread == 0 else None
+    dev = _adapt_steppers(model, bounds, window, steps, weights) if adapting and reread == 0 else None
     if dev is not None:
         return dev, True
-    return [Lockstep(replicas[i % n], b - a, window, weights, slide=reread == 0)
+    return [Lockstep(replicas[i % n], b - a, window, weights, slide=reread == 0, size=steps)
             for i, (a, b) in enumerate(bounds)], False
 
 

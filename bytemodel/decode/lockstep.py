@@ -25,6 +25,14 @@ objects with the same B and window fed the same tokens return bit-identical logi
 backend and machine, which is what lets a compressor and its decompressor agree
 (bytemodel/compress/driver.py).
 
+Memory (`size`): on the CPU the cache starts with room for `size` tokens (the most the caller
+expects: a compressor's steps, generation's prompt and bytes) and grows by doubling up to the
+window when a push finds it full, so B streams of a few tokens hold a few tokens' keys each, not
+a window's. Its capacity changes no bit: every read is of slots 0..S-1, each (S, D) matrix with
+the same strides whatever the capacity (only the distance between streams differs), and the
+window policy follows `window`, never the capacity (tests/test_memory_bounds.py). Other backends
+keep the whole window from the start.
+
 Shapes: B streams, W window, V vocabulary (the model's), K kv heads, D head dim.
 """
 from __future__ import annotations
@@ -44,16 +52,39 @@ def check_window(window: int, context: int) -> None:
 class Lockstep:
     """B streams in lockstep over one (B, K, W, D) KV cache per layer."""
 
-    def __init__(self, model: Model, batch: int, window: int | None = None, weights=None, slide: bool = False):
+    def __init__(self, model: Model, batch: int, window: int | None = None, weights=None, slide: bool = False,
+                 size: int | None = None):
         W = model.cfg.context if window is None else int(window)
         check_window(W, model.cfg.context)
         if batch < 1:
             raise ConfigError(f"need at least one stream, got {batch}")
         self.model, self.B, self.W, self.slide = model, int(batch), W, bool(slide)
-        self.cache = model.new_cache(self.B, W)
+        # the cache's slots: `size` (at least 1) on the CPU, growing on demand; the window elsewhere
+        cap = W if size is None or model.xp is not np else min(W, max(1, int(size)))
+        self.cache = model.new_cache(self.B, cap)
         self.weights = model.weights() if weights is None else weights
-        self.recent = np.zeros((self.B, W), dtype=np.int64)   # the tokens in the cache, by position
-        self.pos = 0                                          # tokens in the cache
+        self.recent = np.zeros((self.B, cap), dtype=np.int64)   # the tokens in the cache, by position
+        self.pos = 0                                            # tokens in the cache
+
+    @property
+    def capacity(self) -> int:
+        """Tokens the cache has room for now (the window once grown to it)."""
+        return self.recent.shape[1]
+
+    def _reserve(self, n: int) -> None:
+        """Room for n tokens (n <= window): a cache of min(window, max(n, twice the capacity)) slots
+        with the filled ones copied over (the same values; the old cache freed)."""
+        cap = self.capacity
+        if n <= cap:
+            return
+        new = min(self.W, max(n, 2 * cap))
+        cache = self.model.new_cache(self.B, new)
+        for (kn, vn), (ko, vo) in zip(cache, self.cache):
+            kn[:, :, :self.pos] = ko[:, :, :self.pos]
+            vn[:, :, :self.pos] = vo[:, :, :self.pos]
+        recent = np.zeros((self.B, new), dtype=np.int64)
+        recent[:, :self.pos] = self.recent[:, :self.pos]
+        self.cache, self.recent = cache, recent
 
     def start(self, ids):
         """Begin every stream with the same tokens ids (n <= window, n >= 1), read in one forward
@@ -63,11 +94,13 @@ class Lockstep:
         if not 1 <= n <= self.W:
             raise ConfigError(f"a start of {n} tokens does not fit the window of {self.W}")
         m, o = self.model, self.model.ops
+        self.pos = 0
+        self._reserve(n)
         one = m.new_cache(1, self.W)
         logits = m.forward_cached(o.asarray(ids[None]), one, 0, self.weights)            # (1, n, V)
         for (kb, vb), (k1, v1) in zip(self.cache, one):
-            kb[...] = k1
-            vb[...] = v1
+            kb[:, :, :n] = k1[:, :, :n]
+            vb[:, :, :n] = v1[:, :, :n]
         self.recent[:, :n] = ids
         self.pos = n
         return o.xp.broadcast_to(logits[:, -1], (self.B, logits.shape[-1]))
@@ -85,6 +118,7 @@ class Lockstep:
             self.pos = keep
             return logits[:, -1]
         if self.pos < W:                      # (sliding past W: the cache is a ring, see Model.block)
+            self._reserve(self.pos + 1)
             self.recent[:, self.pos] = ids
         logits = m.forward_cached(o.asarray(ids[:, None]), self.cache, self.pos, self.weights)  # (B, 1, V)
         self.pos += 1
