@@ -126,6 +126,24 @@ def test_compress_many_short_streams_bounded(run64, engine, window):
     assert grew < old / 4, f"peak grew {grew:.0f} MB; window-long caches take {old:.0f} MB"
 
 
+def test_generate_many_short_samples_bounded(run64):
+    """20,000 samples of 3 bytes under a context of 64: the context-long cache was
+    20,000 x 64 x 2 KB (2.6 GB, all resident); the prompt plus the bytes, 5 slots, 205 MB.
+    The peak's growth must stay under a quarter of the old cache."""
+    N, T, kv_token = 20_000, 64, 8 * 2 * 32 * 4
+    old = N * T * kv_token / 2 ** 20
+    grew = _peak_mb(f"""
+        import bytemodel
+        lm = bytemodel.load({str(run64)!r})
+        lm.generate(3, samples=2)   # warm
+        before = peak_kb()
+        out = lm.generate(3, samples={N}, seed=5)
+        assert len(out) == {N} and all(len(o) == 3 for o in out)
+        print((peak_kb() - before) / 1024)
+    """)
+    assert grew < old / 4, f"peak grew {grew:.0f} MB; context-long caches take {old:.0f} MB"
+
+
 def test_files_and_samples_same_bytes_as_window_long_caches(trained, monkeypatch):
     """End to end: .bmz files (both engines, both policies) and batched samples (masked, and with
     every byte and <doc> drawable) are the very bytes that window-long caches give."""
@@ -137,6 +155,7 @@ def test_files_and_samples_same_bytes_as_window_long_caches(trained, monkeypatch
     cases = [dict(engine="cpu", window=32), dict(engine="cpu", window=32, reread=5),
              dict(engine="lockstep", window=32, reread=0), dict(engine="lockstep", window=32, reread=16)]
     made = [lm.compress(data, streams=s, **c) for c in cases for s in (60, 7)]     # 10 and 86 tokens a stream
+    gen = [lm.generate(40, samples=9, seed=3), lm.generate(40, samples=9, seed=3, any_byte=True)]
 
     class FullCpu(driver.CpuLockstep):
         def __init__(self, *a, steps=None, **k):
@@ -147,5 +166,7 @@ def test_files_and_samples_same_bytes_as_window_long_caches(trained, monkeypatch
             super().__init__(*a, **k)
     monkeypatch.setattr(driver, "CpuLockstep", FullCpu)
     monkeypatch.setattr(driver, "Lockstep", Full)
+    monkeypatch.setattr(lockstep, "Lockstep", Full)
     assert made == [lm.compress(data, streams=s, **c) for c in cases for s in (60, 7)]
+    assert gen == [lm.generate(40, samples=9, seed=3), lm.generate(40, samples=9, seed=3, any_byte=True)]
     assert all(lm.decompress(b) == data for b in made)

@@ -329,15 +329,19 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
 
 def _generate_host(model, tokenizer, outs, N, temperature, top_k, top_p, seed, bias=None):
     """N samples through the backend's batched cached forward (lockstep.Lockstep: the window
-    policy above), sampling on the host, sample i from np.random.default_rng(seed + i)."""
+    policy above), sampling on the host, sample i from np.random.default_rng(seed + i).
+    The cache starts with room for the prompt and one token a byte asked for (ids that give no
+    bytes, such as <doc>, make it grow, up to the context): its memory follows the request, not
+    the context (the same bytes)."""
     from .lockstep import Lockstep
     ops, V = model.ops, tokenizer.vocab_size
     rngs = [np.random.default_rng(seed + i) for i in range(N)]
-    steps = Lockstep(model, N, model.cfg.context)
+    first = window.start(outs.hist[0], model.cfg.context)
+    steps = Lockstep(model, N, model.cfg.context, size=len(first) + outs.need())
     def masked(rows):
         z = ops.to_numpy(rows[:, :V]).astype(np.float64)
         return z if bias is None else z + bias
-    logits = masked(steps.start(window.start(outs.hist[0], model.cfg.context)))
+    logits = masked(steps.start(first))
     while True:
         nxt = [sample_next(logits[i], rngs[i], temperature, top_k, top_p) if not outs.done[i] else 0
                for i in range(N)]
