@@ -35,7 +35,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any
 
-from .errors import BytemodelError
+from .errors import BytemodelError, named
 from .resources import datasets_dir
 
 CATALOGUE = "catalogue.json"
@@ -153,7 +153,7 @@ def _from_glob(source: dict) -> dict[str, Path]:
 
 def _from_url(source: dict, work: Path, download: bool) -> dict[str, Path]:
     if not download:
-        raise _Skip("or download it with --download")
+        raise _Skip(f"or download it with {named('--download', 'download=True')}")
     import urllib.error
     import urllib.request
     out = {}
@@ -247,7 +247,7 @@ def get(name: str, dest: str | os.PathLike | None = None, download: bool = False
             theirs = [rel for rel in files if (target / rel).exists() and rel not in earlier]
             if theirs:   # a file of the user's where the dataset would go (data get NAME -d their folder)
                 raise DatasetError(f"{target / theirs[0]} exists and is not an earlier copy of {ds.name!r} "
-                                   f"(nothing replaced: move it, or give another --dest)")
+                                   f"(nothing replaced: move it, or give another {named('--dest', 'dest')})")
             sizes, sums = {}, {}
             try:
                 for rel, src in files.items():

@@ -30,7 +30,7 @@ from contextlib import closing
 import numpy as np
 
 from .chat_template import has_chat_tokens, prompt_ids
-from .errors import ConfigError
+from .errors import ConfigError, named
 from .decode.generate import KeptCache, _check_sampling, device_ids, on_device, plain_ids
 
 MAX_LINE = 1 << 20   # bytes in one input line (a message longer than any context; an endless one is refused)
@@ -43,7 +43,8 @@ class Chat:
                  top_p: float = 1.0, seed: int = 0, max_bytes: int = 1024):
         if not has_chat_tokens(tokenizer):
             raise ConfigError("this model has no chat tokens: fine-tune it on conversations first "
-                              "(bytemodel finetune --from RUN --chat FILE.jsonl)")
+                              + named("(bytemodel finetune --from RUN --chat FILE.jsonl)",
+                                    "(bytemodel.finetune(RUN, FILE.jsonl, examples=\"chat\"))"))
         _check_sampling(temperature, top_k, top_p)
         if max_bytes <= 0:
             raise ConfigError(f"max-bytes must be positive, got {max_bytes}")

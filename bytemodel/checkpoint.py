@@ -202,7 +202,7 @@ def _looks_like(blob: bytes) -> str:
     head = blob[:4096].lstrip()
     if head.startswith(b"{"):
         if b'"merges"' in head:
-            return "a tokenizer file (give it with --tokenizer)"
+            return f"a tokenizer file (give it with {named('--tokenizer', 'tokenizer=')})"
         if b'"model_type"' in head or b'"architectures"' in head:
             return "a Hugging Face config (import its folder with `bytemodel import-hf`)"
         return "a JSON file"

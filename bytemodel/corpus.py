@@ -30,7 +30,7 @@ import numpy as np
 
 from .atomic import write_atomic
 from .jsonguard import loads as json_loads
-from .errors import SourceError
+from .errors import SourceError, named
 from .tokenizer import Tokenizer
 
 TOKENS_FILE = "tokens.u16"
@@ -110,7 +110,7 @@ def build_corpus(documents, tokenizer: Tokenizer, run_dir: str | os.PathLike,
         if n_tok < need or n_tok - n_val < context + 1:
             raise SourceError(f"too little data: {n_bytes} bytes give {n_tok} tokens, but one training and one "
                               f"validation window of context {context} need at least {max(need, n_val + context + 1)}"
-                              f" (try a smaller --context)")
+                              f" (try a smaller {named('--context', 'context')})")
 
     write_atomic(run_dir / TOKENS_FILE, write, error=SourceError)   # a failure leaves no partial file
     info = dict(n_tokens=n_tok, split=n_tok - n_val, n_bytes=n_bytes, n_docs=n_docs, sha256=h.hexdigest())

@@ -38,11 +38,12 @@ def prepare_finetune(tc, next_run_dir):
     from .corpus import build_corpus
     from .pairs import KINDS, build_examples, read_examples, split_examples
     if tc.merges or tc.tokenizer:
-        raise ConfigError("a fine-tune keeps its parent's tokenizer: drop --merges / --tokenizer")
+        raise ConfigError(f"a fine-tune keeps its parent's tokenizer: drop {named('--merges / --tokenizer', 'merges / tokenizer')}")
     if tc.examples and tc.examples not in KINDS:
         raise ConfigError(f"unknown example kind {tc.examples!r}; choose one of {', '.join(KINDS)}")
     if tc.val_source and not tc.examples:
-        raise ConfigError("--val FILE is for examples (--pairs / --chat); plain data holds out its tail")
+        raise ConfigError(f"{named('--val FILE', 'val_source=FILE')} is for examples "
+                          "(" + named('--pairs / --chat', 'examples="pairs" / "chat"') + "); plain data holds out its tail")
     parent = ckpt.load(tc.parent)
     tok = parent.tokenizer
     if tc.examples == "chat":

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_atomic
-from .errors import SourceError
+from .errors import SourceError, named
 from .jsonguard import loads as json_loads
 from .tokenizer import Tokenizer
 
@@ -85,13 +85,13 @@ def read_examples(path, kind: str) -> list:
         if kind == "pairs":
             if set(d) != {"prompt", "completion"}:
                 raise SourceError(f"{where}: a pair needs exactly the keys \"prompt\" and \"completion\""
-                                  + (" (this line is a chat: use --chat)" if "messages" in d else ""))
+                                  + (" (this line is a chat: use " + named('--chat', 'examples="chat"') + ")" if "messages" in d else ""))
             out.append((_bytes_of(d["prompt"], where + " prompt"), _bytes_of(d["completion"], where + " completion")))
         else:
             msgs = d.get("messages")
             if set(d) != {"messages"} or not isinstance(msgs, list) or not msgs:
                 raise SourceError(f"{where}: a chat needs exactly the key \"messages\", a non-empty list"
-                                  + (" (this line is a pair: use --pairs)" if "prompt" in d else ""))
+                                  + (" (this line is a pair: use " + named('--pairs', 'examples="pairs"') + ")" if "prompt" in d else ""))
             conv = []
             for i, m in enumerate(msgs, 1):
                 if not isinstance(m, dict) or set(m) != {"role", "content"}:
@@ -334,7 +334,7 @@ def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list
     """Hold out a seeded random val_fraction of the examples (at least one, at most all but one)."""
     n = len(examples)
     if n < 2:
-        raise SourceError(f"{n} example(s): need at least 2 to hold one out (or give --val FILE)")
+        raise SourceError(f"{n} example(s): need at least 2 to hold one out (or give {named('--val FILE', 'val_source=FILE')})")
     k = min(max(1, int(round(n * val_fraction))), n - 1)
     held = set(np.random.default_rng([seed, 7]).permutation(n)[:k].tolist())
     return [e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, SourceError
+from .errors import ConfigError, SourceError, named
 
 RUN_FILES = ("tokens.u16", "corpus.json", "metrics.jsonl",   # what a run writes before its checkpoint
              "examples.json", "mask.u8", "spans.i64")          # (a fine-tune's examples: pairs.py)
@@ -138,6 +138,6 @@ def lock_run(run_dir: Path) -> RunLock:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ConfigError(f"{run_dir} is in use: another bytemodel process is training into it "
-                              f"(wait for it to end, or give another --out)") from None
+                              f"(wait for it to end, or give another {named('--out', 'out_dir')})") from None
         return RunLock(None)       # a file system without flock: run unlocked, as before
     return RunLock(fd)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import bytemodel
-from bytemodel.errors import ConfigError, SourceError
+from bytemodel.errors import BytemodelError, ConfigError, SourceError
 from conftest import MODEL_SETTINGS, cli, dna, refused
 
 
@@ -100,3 +100,87 @@ def test_train_config_validate_is_a_config_error_for_a_wrong_type(settings, word
     with pytest.raises(ConfigError) as e:
         bytemodel.TrainConfig(**settings).validate()
     assert str(e.value) == words
+
+
+def _file(tmp_path, trained):
+    """A file where a run directory goes."""
+    p = tmp_path / "a-file"
+    p.write_text("x")
+    return p
+
+
+def _chat_line(tmp_path, trained):
+    p = tmp_path / "qa.jsonl"
+    p.write_text('{"prompt": "a", "completion": "b"}\n{"messages": []}\n')
+    return p
+
+
+# (API call, its words; CLI args, the words the CLI said before and still says): the messages raised
+# outside bytemodel/cli/ that named a flag to a Python user (errors.named since)
+NAMED = {
+    "cpu-precision": (
+        lambda t, tmp, src: bytemodel.train(src, tmp / "r", steps=2, device="cpu", precision="bf16", **MODEL_SETTINGS),
+        'the CPU backend computes in fp32 only (use precision="fp32")',
+        lambda t, tmp, src: ["train", "--source", src, "--out", tmp / "r", "--steps", "2", "--device", "cpu",
+                             "--precision", "bf16"],
+        "the CPU backend computes in fp32 only (use --precision fp32)"),
+    "finetune-tokenizer": (
+        lambda t, tmp, src: bytemodel.finetune(t, src, tmp / "ft", merges=10),
+        "a fine-tune keeps its parent's tokenizer: drop merges / tokenizer",
+        None, None),
+    "val-without-examples": (
+        lambda t, tmp, src: bytemodel.finetune(t, src, tmp / "ft", val_source=src),
+        'val_source=FILE is for examples (examples="pairs" / "chat"); plain data holds out its tail',
+        lambda t, tmp, src: ["finetune", "--from", t, "--source", src, "--out", tmp / "ft", "--val", src],
+        "--val FILE is for examples (--pairs / --chat); plain data holds out its tail"),
+    "pair-file-holds-a-chat": (
+        lambda t, tmp, src: bytemodel.finetune(t, _chat_line(tmp, t), tmp / "ft", examples="pairs"),
+        '(this line is a chat: use examples="chat")',
+        lambda t, tmp, src: ["finetune", "--from", t, "--pairs", _chat_line(tmp, t), "--out", tmp / "ft"],
+        "(this line is a chat: use --chat)"),
+    "speculative-without-heads": (
+        lambda t, tmp, src: bytemodel.load(t).generate(8, speculative=True),
+        "speculative decoding needs a model trained with multi-token heads (mtp=2 or more)",
+        None, None),   # the CLI's generate --speculative says its own first
+    "content-not-an-image": (
+        lambda t, tmp, src: bytemodel.load(t).compress(b"ACGT" * 20, content=True),
+        "content=True codes an image's pixels",
+        lambda t, tmp, src: ["compress", src, "-c", t, "--content", "-o", tmp / "x.bmz"],
+        "--content codes an image's pixels"),
+    "out-is-a-file": (
+        lambda t, tmp, src: bytemodel.train(src, _file(tmp, t), steps=2, **MODEL_SETTINGS),
+        "is a file, not a run directory",
+        lambda t, tmp, src: ["train", "--source", src, "--out", _file(tmp, t), "--steps", "2"],
+        "--out {tmp}/a-file is a file, not a run directory"),
+    "resume-behind-the-run": (
+        lambda t, tmp, src: bytemodel.train(None, shutil.copytree(t, tmp / "r"), resume=True, steps=3),
+        "the run is already at step 5; give steps larger than that to continue",
+        lambda t, tmp, src: ["train", "--resume", "--out", shutil.copytree(t, tmp / "r"), "--steps", "3"],
+        "the run is already at step 5; give --steps larger than that to continue"),
+    "too-little-data": (
+        lambda t, tmp, src: bytemodel.train(dna(tmp / "small.txt", 60), tmp / "r", steps=2, **MODEL_SETTINGS),
+        "(try a smaller context)",
+        lambda t, tmp, src: ["train", "--source", dna(tmp / "small.txt", 60), "--out", tmp / "r", "--steps", "2",
+                             "--preset", "tiny", "--context", "32"],
+        "(try a smaller --context)"),
+}
+
+
+@pytest.mark.parametrize("case", NAMED)
+def test_shared_messages_name_the_api_arguments(case, trained, tmp_path):
+    """Each message names the API's argument to a Python caller (before: the CLI's flag, e.g.
+    "use --precision fp32" from bytemodel.train(..., precision="bf16"))."""
+    call, words, _, _ = NAMED[case]
+    with pytest.raises(BytemodelError) as e:
+        call(trained, tmp_path, dna(tmp_path / "toy.txt"))
+    assert words in str(e.value), str(e.value)
+    assert " --" not in str(e.value) and not str(e.value).startswith("--"), str(e.value)
+
+
+@pytest.mark.parametrize("case", [c for c in NAMED if NAMED[c][2]])
+def test_shared_messages_keep_the_cli_flags(case, trained, tmp_path):
+    """The same messages from the commands name their flags, word for word as before."""
+    _, _, args, words = NAMED[case]
+    code, out = cli(args(trained, tmp_path, dna(tmp_path / "toy.txt")), cwd=tmp_path)
+    assert code == 2 and out.strip().splitlines()[-1].startswith("error: "), out
+    assert words.format(tmp=tmp_path) in out.strip().splitlines()[-1], out

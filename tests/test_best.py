@@ -138,7 +138,7 @@ def test_fp16_overflow_stops_with_an_error_and_keeps_the_best(tmp_path, dna_file
     rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]   # strict JSON
     best_step = min((r["val_bpb"], r["step"]) for r in rows if r.get("val_bpb") is not None)[1]
     # steps 13..27 halve the scale from 2^15 to the floor 1; the 8th non-finite step there is 34
-    assert "fp16 overflow at step 34" in msg and "--precision bf16" in msg
+    assert "fp16 overflow at step 34" in msg and 'precision="bf16"' in msg   # the API's words
     assert f"best checkpoint (step {best_step}," in msg
     best = ck.load(run / ck.BEST_NAME)
     assert best.train["step"] == best_step and np.isfinite(best.params).all()

@@ -129,7 +129,7 @@ def test_url_only_when_asked_and_checksum_verified(tmp_path):
     cat = write_catalogue(tmp_path, [entry("remote", [src]),
                                      entry("tampered", [{**src, "files": [{**src["files"][0], "sha256": "cd" * 32}]}]),
                                      entry("gone", [{**src, "files": [{**src["files"][0], "url": (tmp_path / "x").as_uri()}]}])])
-    with pytest.raises(DatasetError, match="--download"):
+    with pytest.raises(DatasetError, match="download=True"):
         get("remote", catalogue=cat)
     d = get("remote", download=True, catalogue=cat)
     assert (d / "r.fa").read_bytes() == f.read_bytes()

@@ -127,7 +127,7 @@ def test_pairs_encoding_by_hand(tmp_path):
     ('{"prompt": "a", "completion": {"b64": "@@"}}', "invalid base64"),
     ('{"prompt": 3, "completion": "x"}', "expected a string"),
     ('not json', "not valid JSON"),
-    ('{"messages": []}', "use --chat"),
+    ('{"messages": []}', 'use examples="chat"'),     # the API's words (the CLI's --chat: test_api_names)
 ])
 def test_bad_pair_lines_name_the_line(tmp_path, line, msg):
     f = tmp_path / "p.jsonl"
@@ -274,7 +274,7 @@ def test_finetune_refuses_bad_setups(parent, tmp_path):
         finetune(parent / "pre", parent / "pairs.jsonl", parent / "pre", examples="pairs", steps=2, **FT)
     with pytest.raises(ConfigError, match="keeps its parent's tokenizer"):
         finetune(parent / "pre", parent / "src.txt", tmp_path / "x", steps=2, merges=10, **FT)
-    with pytest.raises(SourceError, match="use --pairs"):
+    with pytest.raises(SourceError, match='use examples="pairs"'):
         finetune(parent / "pre", parent / "pairs.jsonl", tmp_path / "y", examples="chat", steps=2, **FT)
     with pytest.raises(ConfigError, match="not for a fine-tune"):
         finetune(parent / "pre", parent / "src.txt", tmp_path / "z", steps=2, preset="small")

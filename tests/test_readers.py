@@ -239,7 +239,7 @@ def test_text_invalid_utf8_names_the_offset(tmp_path):
     with pytest.raises(SourceError) as e:
         list(read_documents(f))
     msg = str(e.value)
-    assert "invalid UTF-8 at byte offset 16 (line 3, byte 0xff)" in msg and "--reader raw" in msg
+    assert "invalid UTF-8 at byte offset 16 (line 3, byte 0xff)" in msg and 'reader="raw"' in msg
     assert one(f, "raw") == f.read_bytes()  # raw takes the same bytes as they are
 
 

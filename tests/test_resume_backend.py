@@ -81,8 +81,8 @@ def test_resumed_backend(monkeypatch, run, given, gpu, want):
 
 
 @pytest.mark.parametrize("run, given, words", [
-    (("cuda", "fp16"), ("", ""), "--device cpu --precision fp32"),
-    (("cuda", "fp16"), ("cpu", ""), "--precision fp32"),
+    (("cuda", "fp16"), ("", ""), 'device="cpu", precision="fp32"'),    # the API's words (the CLI's: above)
+    (("cuda", "fp16"), ("cpu", ""), 'precision="fp32"'),
     (("cuda", "fp16"), ("cuda", ""), "not available"),
 ])
 def test_resumed_backend_refuses_what_cannot_go_on_here(monkeypatch, run, given, words):

@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 
 from ..decode.window import keep
-from ..errors import CompressError
+from ..errors import CompressError, named
 from ..jsonguard import loads as json_loads
 from .coder import PREC_BITS
 from .layout import ENGINES
@@ -257,11 +257,11 @@ def check_model(header: dict, lm) -> None:
     if want["weights_sha256"] != have["weights_sha256"] or want["tokenizer_sha256"] != have["tokenizer_sha256"]:
         raise CompressError(f"this file was compressed with checkpoint '{want['name']}' (weights "
                             f"{want['weights_sha256'][:12]}), not with '{have['name']}' (weights "
-                            f"{have['weights_sha256'][:12]}): pass --checkpoint for '{want['name']}'")
+                            f"{have['weights_sha256'][:12]}): {named('pass --checkpoint for', 'load the checkpoint of')} '{want['name']}'")
     if header["coder"]["alphabet"] != lm.tokenizer.doc_id:
         raise CompressError("the file's alphabet does not match the model's tokenizer")
     b, here = header["backend"], backend_info(lm.model)
     if (b["device"], b.get("precision")) != (here["device"], here["precision"]):
         raise CompressError(f"this file was compressed on {b['device']} ({b.get('precision')}); the model here "
                             f"computes on {here['device']} ({here['precision']}) whose probabilities differ: "
-                            f"decompress with --device {b['device']}")
+                            f"decompress with {named('--device', 'a model loaded with device=')}{b['device']}")

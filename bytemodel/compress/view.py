@@ -26,7 +26,7 @@ import lzma
 import zlib
 from dataclasses import dataclass
 
-from ..errors import CompressError
+from ..errors import CompressError, named
 from ..readers.packing import Packer, Unpacker
 
 KINDS = ("split", "as-is", "content", "packed")
@@ -163,7 +163,7 @@ def rebuild(view: dict, reader, coded: bytes, blob: bytes, limit: int) -> bytes:
 # ---- images: pixel content ----------------------------------------------------------------------
 def _content(raw: bytes, reader) -> View:
     if reader is None or reader.name != "image":
-        raise CompressError(f"--content codes an image's pixels; the reader here is {_spec(reader)!r}")
+        raise CompressError(f"{named('--content', 'content=True')} codes an image's pixels; the reader here is {_spec(reader)!r}")
     from PIL import Image
     from ..readers.image import ImageReader
     try:
@@ -171,21 +171,21 @@ def _content(raw: bytes, reader) -> View:
             im.load()
             fmt, mode = im.format, im.mode
             if fmt not in CONTENT_FORMATS:
-                raise CompressError(f"--content re-encodes losslessly in the file's own format; {fmt} has no "
+                raise CompressError(f"{named('--content', 'content=True')} re-encodes losslessly in the file's own format; {fmt} has no "
                                     f"lossless encoding here (only {', '.join(CONTENT_FORMATS)})")
             if fmt == "WEBP" and not im.info.get("lossless", True):
-                raise CompressError("--content: this WebP is lossy; only lossless WebP is re-encoded exactly")
+                raise CompressError(f"{named('--content', 'content=True')}: this WebP is lossy; only lossless WebP is re-encoded exactly")
             if mode not in CONTENT_MODES:
-                raise CompressError(f"--content: the image's mode {mode} does not fit 8-bit L/RGB/RGBA pixels exactly")
+                raise CompressError(f"{named('--content', 'content=True')}: the image's mode {mode} does not fit 8-bit L/RGB/RGBA pixels exactly")
             doc = ImageReader().to_document(im)      # native size and mode: no resizing, no graying
             rgb = im.convert({"L": "L", "RGB": "RGB", "RGBA": "RGBA"}[doc.split(b" ", 2)[1].decode()])
             exact = rgb.tobytes() == doc[doc.index(b"\n") + 1:]
     except CompressError:
         raise
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        raise CompressError(f"--content: cannot decode the image ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        raise CompressError(f"{named('--content', 'content=True')}: cannot decode the image ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not exact:
-        raise CompressError("--content: the image's pixels do not convert to 8-bit L/RGB/RGBA exactly")
+        raise CompressError(f"{named('--content', 'content=True')}: the image's pixels do not convert to 8-bit L/RGB/RGBA exactly")
     return View("content", "image", doc, format=fmt)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, named
 from ..sampling import sampling_probs
 from . import window
 
@@ -62,7 +62,8 @@ def speculative_ids(model, history: list, rng: np.random.Generator, temperature=
     """
     cfg, ops = model.cfg, model.ops
     if cfg.mtp < 2:
-        raise ConfigError("speculative decoding needs a model trained with multi-token heads (--mtp 2 or more)")
+        raise ConfigError(f"speculative decoding needs a model trained with multi-token heads "
+                          f"({named('--mtp 2', 'mtp=2')} or more)")
     stats = stats if stats is not None else SpecStats()
     K, T, V = cfg.mtp, cfg.context, vocab or cfg.vocab_size
     greedy = temperature == 0

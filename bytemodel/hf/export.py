@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import checkpoint as ckpt
 from ..atomic import write_atomic
-from ..errors import ConfigError
+from ..errors import ConfigError, named
 from . import layout as hl
 from . import tokenizer_json as tj
 from .readme import readme_text
@@ -104,10 +104,10 @@ def _check_target(out_dir: Path, ckpt_path: Path, force: bool) -> None:
     if src.parent == dst or dst in src.parents:
         raise ConfigError(f"{out_dir} holds the checkpoint being exported; choose another directory")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise ConfigError(f"{out_dir} is not empty; pass --force to replace it")
+        raise ConfigError(f"{out_dir} is not empty; pass {named('--force', 'force=True')} to replace it")
     held = [n for n in (ckpt.CKPT_NAME, ckpt.BEST_NAME) if (out_dir / n).exists()]
     if held:   # another run's weights: --force meant for an old export would delete them (a typo away)
-        raise ConfigError(f"{out_dir} holds a bytemodel run ({held[0]}); --force never replaces one: "
+        raise ConfigError(f"{out_dir} holds a bytemodel run ({held[0]}); {named('--force', 'force=True')} never replaces one: "
                           f"choose another directory")
 
 

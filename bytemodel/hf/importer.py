@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from ..config import ModelConfig
-from ..errors import CheckpointError, ConfigError, TokenizerError
+from ..errors import CheckpointError, ConfigError, TokenizerError, named
 from ..tokenizer import Tokenizer
 from . import layout as hl
 from .tensors import read_dir_tensors
@@ -50,10 +50,10 @@ def import_hf(src, out_dir, force: bool = False) -> ImportResult:
     cfg = hl.config_from_hf(_read_json(src / "config.json", ConfigError), str(src / "config.json"))
     if (out_dir / ckpt.BEST_NAME).exists():   # before: written beside it, generate/score/info kept using it
         raise ConfigError(f"{out_dir} holds a trained run ({ckpt.BEST_NAME}, its best weights, which generate, "
-                          f"score and info would go on using, --force or not); import into a new directory")
+                          f"score and info would go on using, {named('--force', 'force=True')} or not); import into a new directory")
     target = out_dir / ckpt.CKPT_NAME
     if target.exists() and not force:
-        raise ConfigError(f"{target} exists; pass --force to replace it")
+        raise ConfigError(f"{target} exists; pass {named('--force', 'force=True')} to replace it")
     note = ""
     if (src / "tokenizer.json").is_file():
         where = str(src / "tokenizer.json")

@@ -8,7 +8,7 @@ both backends against this list.
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..errors import ConfigError, named
 
 OPS = (
     # the layers, each a forward/backward pair (shapes in numpy_ops.py)
@@ -87,7 +87,7 @@ def get_backend(device: str = "cpu", precision: str = "fp32", strict: bool = Tru
         raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if device == "cpu":
         if precision != "fp32" and strict:
-            raise ConfigError("the CPU backend computes in fp32 only (use --precision fp32)")
+            raise ConfigError("the CPU backend computes in fp32 only (use " + named('--precision fp32', 'precision="fp32"') + ")")
         from . import numpy_ops
         return numpy_ops
     from .cuda_ops import CudaBackend

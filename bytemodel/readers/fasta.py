@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..atomic import write_atomic
-from ..errors import SourceError
+from ..errors import SourceError, named
 from .base import Reader, choice, parse_bool
 from .compressed import COMPRESSED_SUFFIXES, compression_of, open_compressed_write, open_decompressed, pieces
 from .packing import Packer, Unpacker
@@ -149,7 +149,7 @@ class FastaReader(Reader):
                     continue
                 if seq is None:
                     fact = f"{path} line {no}: sequence before the first '>' header; not FASTA"
-                    raise SourceError(f"{fact} (use --reader text or raw)", fact=fact)
+                    raise SourceError(f"{fact} (use " + named('--reader text', 'reader="text"') + " or raw)", fact=fact)
                 bad = _BAD.search(s)
                 if bad:
                     ch = bad.group()

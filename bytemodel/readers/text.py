@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..atomic import write_atomic
-from ..errors import SourceError
+from ..errors import SourceError, named
 from .base import CHUNK, Reader, identity_join, mark_last
 from .compressed import COMPRESSED_SUFFIXES, compression_of, open_compressed_write, open_decompressed, pieces
 
@@ -101,8 +101,9 @@ def _fail(path, data: bytes, i: int, offset: int, lines: int, truncated: bool = 
     line = lines + data[:i].count(b"\n")
     what = "text ends inside a character" if truncated else f"byte 0x{data[i]:02x}"
     fact = f"{path}: invalid UTF-8 at byte offset {offset + i} (line {line}, {what})"
-    raise SourceError(f"{fact}; --reader text:encoding=cp1252 (or latin-1) reads text in that encoding, "
-                      f"--reader raw models the bytes as they are", fact=fact)
+    raise SourceError(f"{fact}; " + named('--reader text:encoding=cp1252', 'reader="text:encoding=cp1252"') + " (or latin-1) "
+                      "reads text in that encoding, " + named('--reader raw', 'reader="raw"') + " models the bytes as they are",
+                      fact=fact)
 
 
 class TextReader(Reader):

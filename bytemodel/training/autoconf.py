@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from ..config import PRESETS
-from ..errors import ConfigError
+from ..errors import ConfigError, named
 
 # lr: peak AdamW learning rate; warmup: linear warmup steps; batch_size: windows per step.
 # One line each, with the reason (figures: benchmarks/README.md, "Training defaults per preset").
@@ -223,7 +223,7 @@ def resolve(tc, device: str, train_bytes: int | None = None, cores: int = 1,
     until its plan step (dropout_at_plan); a fine-tune (no size here) keeps its parent's."""
     if tc.preset == "auto":
         if train_bytes is None:
-            raise ConfigError("--preset auto needs the corpus size")
+            raise ConfigError(named('--preset auto', 'preset="auto"') + " needs the corpus size")
         tc.preset = auto_preset(train_bytes, device, cores)
     if tc.preset not in PRESET_TRAIN:
         raise ConfigError(f"unknown preset {tc.preset!r}; choose one of auto, {', '.join(PRESETS)}")

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from ..config import TrainConfig
-from ..errors import BytemodelError, CheckpointError, ConfigError, held, poll, raise_soon
+from ..errors import BytemodelError, CheckpointError, ConfigError, held, named, poll, raise_soon
 from ..model import Dropout, Model
 from ..ops import get_backend, resolve_device
 from ..runfiles import lock_run, new_folders, remove_failed_run, trim_metrics
@@ -199,7 +199,7 @@ def train(tc: TrainConfig, resume: bool = False, progress: bool = True, log=prin
             if not tc.out_dir and tc.source:
                 tc = dataclasses.replace(tc, out_dir=str(next_run_dir(tc.source)))
             if tc.out_dir and Path(tc.out_dir).exists() and not Path(tc.out_dir).is_dir():   # was "File exists"
-                raise ConfigError(f"--out {tc.out_dir} is a file, not a run directory")
+                raise ConfigError(f"{named('--out', 'out_dir')} {tc.out_dir} is a file, not a run directory")
             if tc.out_dir and not (Path(tc.out_dir) / ckpt.CKPT_NAME).exists():
                 made = new_folders(Path(tc.out_dir))
         if world.main and tc.out_dir and (not resume or Path(tc.out_dir).is_dir()):
@@ -255,7 +255,7 @@ class Loop:
         self.state.planned = planned_steps(tc, run.loaded, asked, self.budget)
         if run.loaded is not None and self.state.planned <= self.state.step:
             raise ConfigError(f"the run is already at step {self.state.step}; "
-                              f"give --steps larger than that to continue")
+                              f"give {named('--steps', 'steps')} larger than that to continue")
         self.schedule_note = self._schedule(run.loaded)
         self.state.val_bpb, self.state.val_se = saved.get("val_bpb"), saved.get("val_se")
         self.plan_at = (self.budget.plan_step(tc.warmup, self.state.step)
@@ -401,7 +401,7 @@ class Loop:
         norm = norm_scaled / scale
         finite = math.isfinite(norm) and math.isfinite(loss)
         if not self.scaler.update(finite) and not self.scaler.enabled:
-            raise BytemodelError(f"training diverged at step {s + 1} (loss {loss}); try a lower --lr"
+            raise BytemodelError(f"training diverged at step {s + 1} (loss {loss}); try a lower {named('--lr', 'lr')}"
                                  + self.watch.best_note())
         note = self.watch.step(s + 1, loss, finite, self.scaler.scale, LossScaler.FLOOR, self.scaler.enabled)
         if note:
@@ -583,7 +583,7 @@ class Loop:
         params = _snapshot(self.ops.to_numpy(self.model.params), self.model.params)   # written later
         if not np.isfinite(params).all():
             raise BytemodelError(f"the weights became non-finite at step {self.state.step}; not saved "
-                                 f"(the checkpoints already written are intact); try a lower --lr")
+                                 f"(the checkpoints already written are intact); try a lower {named('--lr', 'lr')}")
         now, saves = time.perf_counter(), self.saves
         if self.world.any(force or saves["cost"] < SAVE_ALWAYS_S or saves["cost"] <= SAVE_SHARE * (now - saves["at"])):
             m, v = self.runner.host_moments(self.opt)             # gathered from the ranks when sharded

@@ -67,7 +67,8 @@ def open_run_corpus(run_dir, examples: str = ""):
 def _make_tokenizer(tc: TrainConfig, documents_fn) -> Tokenizer:
     if tc.tokenizer:
         if tc.merges:
-            raise ConfigError("give either --merges (learn them) or --tokenizer (a tok.json), not both")
+            raise ConfigError(f"give either {named('--merges', 'merges')} (learn them) or {named('--tokenizer', 'tokenizer')} "
+                              "(a tok.json), not both")
         return Tokenizer.load(tc.tokenizer)
     if tc.merges == 0:
         return Tokenizer()
@@ -145,14 +146,15 @@ def resumed_backend(run_device: str, run_precision: str, device: str, precision:
     from .autoconf import auto_precision
     if not device and run_device == "cuda" and not cuda_available():
         raise ConfigError(f"the run trained on cuda ({run_precision}) and there is no GPU here: give "
-                          f"--device cpu --precision fp32 to continue it on the CPU (not bit-identical)")
+                          + named('--device cpu --precision fp32', 'device="cpu", precision="fp32"')
+                          + " to continue it on the CPU (not bit-identical)")
     dev = resolve_device(device or run_device)
     prec = precision or run_precision
     if prec == "auto":
         prec = auto_precision(dev)
     if not precision and dev == "cpu" and prec != "fp32":
         raise ConfigError(f"the run trained in {run_precision}; the CPU computes in fp32 only: give "
-                          f"--precision fp32 to continue it in fp32 (not bit-identical)")
+                          + named('--precision fp32', 'precision="fp32"') + " to continue it in fp32 (not bit-identical)")
     notes = []
     if device and run_device in ("cpu", "cuda") and dev != run_device:
         notes.append(f"note: --device {device}: the run trained on {run_device} and continues on {dev} "

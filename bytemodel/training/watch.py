@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..errors import BytemodelError
+from ..errors import BytemodelError, named
 
 OVERFLOW_STEPS = 8   # non-finite steps in a row at the lowest loss scale before giving up
 
@@ -58,7 +58,7 @@ class Watch:
                 raise OverflowError16(
                     f"fp16 overflow at step {step}: the loss stayed non-finite for {self.floor_run} steps "
                     f"at the lowest loss scale; the activations no longer fit in fp16 "
-                    f"(train with --precision bf16, or a lower --lr)" + self.best_note())
+                    "(train with " + named('--precision bf16', 'precision="bf16"') + f", or a lower {named('--lr', 'lr')})" + self.best_note())
         else:
             self.floor_run = 0
         if self.nonfinite_total == 1:
