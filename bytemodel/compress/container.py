@@ -264,4 +264,4 @@ def check_model(header: dict, lm) -> None:
     if (b["device"], b.get("precision")) != (here["device"], here["precision"]):
         raise CompressError(f"this file was compressed on {b['device']} ({b.get('precision')}); the model here "
                             f"computes on {here['device']} ({here['precision']}) whose probabilities differ: "
-                            f"decompress with {named('--device', 'a model loaded with device=')}{b['device']}")
+                            f"decompress with {named('--device ', 'a model loaded with device=')}{b['device']}")
