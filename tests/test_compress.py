@@ -242,8 +242,11 @@ def test_wrong_checksum_or_backend_never_returns_bytes(lm):
     with pytest.raises(bmz.CompressError, match="checksum"):
         lm.decompress(lie)
     gpu = _repack(blob, lambda h: h["backend"].update(device="cuda", precision="fp16"))
-    with pytest.raises(bmz.CompressError, match="device=cuda"):
+    with pytest.raises(bmz.CompressError, match="decompress with a model loaded with device=cuda"):
         lm.decompress(gpu)
+    from bytemodel.errors import cli_names
+    with cli_names(), pytest.raises(bmz.CompressError, match="decompress with --device cuda$"):
+        lm.decompress(gpu)          # the CLI's words (a flag and its value)
 
 
 # ------------------------------------------------------------------------------- CLI
