@@ -56,7 +56,6 @@ def finetune(parent, source, out_dir=None, **kw):
 def _path_of(p, what: str):
     """A path argument as given (None, a str, a path-like); anything else (data bytes, a list of
     files) is one ConfigError, before it is read as a file name ("File name too long")."""
-    import os
     if p is None or isinstance(p, (str, os.PathLike)):
         return p
     hint = ": write the data to a file and pass its path" if isinstance(p, (bytes, bytearray, memoryview)) else ""
@@ -167,12 +166,13 @@ class LanguageModel:
         used that reader; a name no reader claims (x.out) gets the run's reader (raw if not
         known), one the raw reader claims (x.bin) the bytes as they are."""
         from .readers import get_reader, reader_for_extension, write_output
+        data = bytes_like(data, "write")
         run_reader = self.data.reader or ""
         if not fmt and run_reader:
             claimed = reader_for_extension(Path(path).name)   # x.bin stays raw, x.png an image
             if claimed is None or claimed.name == run_reader.split(":", 1)[0]:
-                return write_output(bytes_like(data, "write"), path, get_reader(run_reader))
-        return write_output(bytes_like(data, "write"), path, fmt or None)
+                return write_output(data, path, get_reader(run_reader))
+        return write_output(data, path, fmt or None)
 
     def score(self, data: bytes | str) -> dict:
         """{'bytes', 'tokens', 'bits', 'bits_per_byte'} of data as a new document (bytes-like:

@@ -228,22 +228,22 @@ class TrainConfig:
 _PATHS = ("source", "out_dir", "tokenizer", "parent", "val_source")   # a pathlib.Path stands for its str
 
 
-def train_settings(settings: dict, cls=None) -> dict:
+def train_settings(settings: dict) -> dict:
     """The Python API's training keywords checked against TrainConfig's fields (bytemodel.train,
     bytemodel.finetune): an unknown name, or a value not of its field's type, is one ConfigError
     (before: steps="10" failed deep inside as a TypeError, and steps=2.5 trained 3 steps). An int
     stands for a float, a NumPy number for a Python one, a path-like for a path setting's str, and
     "auto" for dropout's and dropout_attn's -1."""
     import os
-    from .validation import field_defaults, setting_type
-    defaults = field_defaults(cls or TrainConfig)
+    from .validation import field_defaults, setting_error, setting_type
+    defaults = field_defaults(TrainConfig)
     bad = sorted(set(settings) - set(defaults))
     if bad:
         raise ConfigError(f"unknown training setting(s): {', '.join(bad)}")
     out = {}
     for name, v in settings.items():
         default = defaults[name]
-        if name in ("dropout", "dropout_attn") and v == "auto":
+        if name in ("dropout", "dropout_attn") and isinstance(v, str) and v == "auto":
             v = -1.0
         if name in _PATHS and isinstance(v, os.PathLike):
             v = os.fspath(v)
@@ -253,7 +253,6 @@ def train_settings(settings: dict, cls=None) -> dict:
         elif not ok and name in _PATHS:
             want += " or a path"
         if not ok:   # in check_train_types's words (TrainConfig.validate's)
-            auto = " (-1: auto)" if name in ("dropout", "dropout_attn") else ""
-            raise ConfigError(f"{name.replace('_', '-')} must be {want}{auto}, got {v!r}")
+            raise setting_error(name, want, v)
         out[name] = v
     return out

@@ -18,17 +18,27 @@ MAX_WORKERS = 256   # each CPU worker holds a full gradient buffer (training) or
                     # this are never useful and a typo (or a crafted checkpoint) could ask for 10^6
 
 
+def whole(v) -> bool:
+    """A whole number (a Python or NumPy integer; not a bool, which is an int to Python)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def number(v) -> bool:
+    """A real number (a Python or NumPy int or float; not a bool)."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
 def check_workers(workers) -> None:
     """CPU threads (training, compress, decompress): 0 or None (one per core) .. MAX_WORKERS."""
     if workers is None:
         return
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or not 0 <= workers <= MAX_WORKERS:
+    if not whole(workers) or not 0 <= workers <= MAX_WORKERS:
         raise ConfigError(f"workers must be 0 (one per core) .. {MAX_WORKERS}, got {workers!r}")
 
 
 def check_train_numbers(tc) -> None:
     """The numeric settings TrainConfig.validate leaves to us: ranges that NaN and inf slip past."""
-    if isinstance(tc.seed, bool) or not isinstance(tc.seed, (int, np.integer)) or tc.seed < 0:
+    if not whole(tc.seed) or tc.seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {tc.seed!r}")
     check_workers(tc.workers)
     for name in ("grad_clip", "weight_decay"):
@@ -55,10 +65,17 @@ def setting_type(default, v) -> tuple[bool, str]:
     if isinstance(default, bool):
         return isinstance(v, (bool, np.bool_)), "true or false"
     if isinstance(default, int):
-        return isinstance(v, (int, np.integer)) and not isinstance(v, bool), "a whole number"
+        return whole(v), "a whole number"
     if isinstance(default, float):
-        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool), "a number"
+        return number(v), "a number"
     return isinstance(v, type(default)), f"a {type(default).__name__}"
+
+
+def setting_error(name: str, want: str, v) -> ConfigError:
+    """A training setting of the wrong type, in the CLI's spelling of its name (TrainConfig.validate
+    and the API's keywords say it alike)."""
+    auto = " (-1: auto)" if name in ("dropout", "dropout_attn") else ""
+    return ConfigError(f"{name.replace('_', '-')} must be {want}{auto}, got {v!r}")
 
 
 def check_train_types(tc) -> None:
@@ -68,8 +85,7 @@ def check_train_types(tc) -> None:
     for name, default in field_defaults(type(tc)).items():
         ok, want = setting_type(default, getattr(tc, name))
         if not ok:
-            auto = " (-1: auto)" if name in ("dropout", "dropout_attn") else ""
-            raise ConfigError(f"{name.replace('_', '-')} must be {want}{auto}, got {getattr(tc, name)!r}")
+            raise setting_error(name, want, getattr(tc, name))
 
 
 def _typed(name: str, default, value, where: str):

@@ -137,5 +137,5 @@ def check_out(out, force: bool) -> None:
         return
     if out.is_dir():
         raise ConfigError(f"{out} is a directory")
-    if out.exists() and not force and out.is_file():
+    if out.is_file() and not force:
         raise ConfigError(f"{out} exists (use --force to overwrite it)")

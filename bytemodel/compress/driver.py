@@ -68,7 +68,7 @@ from ..decode.lockstep import Lockstep, check_window
 from ..decode.window import keep
 from ..errors import CompressError, ConfigError, held, poll
 from ..ops.host import log_probs
-from ..validation import check_workers
+from ..validation import check_workers, whole
 from .coder import PREC_BITS, TOTAL, _coder, _coder_version, quantise
 from .container import (FORMAT, VERSION, _pack, backend_info, check_layout, check_model, checkpoint_identity,
                         information_limit, read)
@@ -384,7 +384,7 @@ def _check_counts(workers, **counts) -> None:
     the stream layout's counts whole numbers (streams=2.5 was taken as 2)."""
     check_workers(workers)
     for name, v in counts.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+        if v is not None and not whole(v):
             raise ConfigError(f"{name} must be a whole number, got {v!r}")
 
 
@@ -597,9 +597,16 @@ def decompress(lm, blob: bytes, *, workers: int | None = None, progress=None) ->
     else:
         reader = None
     out = rebuild(view, reader, data, blob, orig["bytes"])
-    if view["kind"] != "content" and (len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]):
-        raise CompressError("the file's layout does not rebuild the original (the result does not match the original's checksum)")
+    if view["kind"] != "content":   # (content: the pixels exact, not the file's bytes)
+        _check_original(out, orig, "layout")
     return out
+
+
+def _check_original(out: bytes, orig: dict, what: str) -> None:
+    """The rebuilt bytes are the original's (its length and SHA-256), else one CompressError."""
+    if len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]:
+        raise CompressError(f"the file's {what} does not rebuild the original (the result does not match "
+                            f"the original's checksum)")
 
 
 def _unpacked(header: dict, payload: bytes) -> bytes:
@@ -608,7 +615,5 @@ def _unpacked(header: dict, payload: bytes) -> bytes:
     original's length and SHA-256; no model."""
     orig = header["original"]
     out = rebuild(header["view"], None, b"", payload, orig["bytes"])
-    if len(out) != orig["bytes"] or hashlib.sha256(out).hexdigest() != orig["sha256"]:
-        raise CompressError("the file's packed data does not rebuild the original (the result does not match "
-                            "the original's checksum)")
+    _check_original(out, orig, "packed data")
     return out

@@ -20,13 +20,13 @@ would then loop). On the GPU the device's sampler applies the mask (the same -in
 from __future__ import annotations
 
 import math
-import numbers
 from contextlib import closing
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..sampling import rng_words, sample_next
+from ..validation import number, whole
 from ..model import Model
 from . import window
 from .cpu_pair import Pair
@@ -43,10 +43,10 @@ TWO_BLAS_STEP = True    # the step's products at two BLAS threads when that time
 
 
 def _check_sampling(temperature, top_k, top_p):
-    for name, v, whole in (("temperature", temperature, False), ("top-k", top_k, True), ("top-p", top_p, False)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral if whole else numbers.Real):
+    for name, v, is_whole in (("temperature", temperature, False), ("top-k", top_k, True), ("top-p", top_p, False)):
+        if not (whole(v) if is_whole else number(v)):
             # a str or None was a TypeError from a comparison; top_k=2.5 one from np.argpartition
-            raise ConfigError(f"{name} must be a {'whole number' if whole else 'number'}, got {v!r}")
+            raise ConfigError(f"{name} must be a {'whole number' if is_whole else 'number'}, got {v!r}")
     if not (temperature >= 0 and math.isfinite(temperature)):
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
     if top_k < 0:
@@ -275,7 +275,7 @@ def generate(model: Model, tokenizer: Tokenizer, n_bytes: int, prompt: bytes = b
     GPU, gpu/decode.cu), "host" (the cached forward, sampling on the host), "device".
     allowed: bool (V,) over the vocabulary, the ids that may be drawn (None: all).
     """
-    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, np.integer)):   # 3.5: a TypeError in a slice
+    if not whole(n_bytes):   # 3.5: a TypeError in a slice
         raise ConfigError(f"bytes must be a whole number, got {n_bytes!r}")
     if n_bytes < 0:
         raise ConfigError(f"bytes must be >= 0, got {n_bytes}")

@@ -14,7 +14,6 @@ entries whose name starts with '.' (.git, editor files) are skipped.
 """
 from __future__ import annotations
 
-import numbers
 import os
 import sys
 from pathlib import Path
@@ -107,7 +106,8 @@ def stream_documents(path: str | os.PathLike, reader: str | Reader | type[Reader
     Holds O(chunk_size) memory for raw, text and zstd files of any size (other readers hold one
     document); use it to build a corpus from files larger than memory.
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
+    from ..validation import whole
+    if not whole(chunk_size) or chunk_size < 1:
         # 0 and below: raw gave one empty piece for the whole file, -1 nothing at all, the others
         # "range() arg 3 must not be zero"
         raise ConfigError(f"chunk_size must be a positive number of bytes, got {chunk_size!r}")
